@@ -1,0 +1,40 @@
+// Ways to crash a Linux process, shared by the Swift and the C/C++ crash samples. Every
+// crashing function is noinline and named for what it does, so tests can find it among the
+// top frames of a report.
+#ifndef CRASH_SAMPLE_SUPPORT_H
+#define CRASH_SAMPLE_SUPPORT_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Runs the named C/C++ crash kind on the calling thread. Returns 0 if the kind is not a
+/// C/C++ kind (the caller may know it), and does not return otherwise.
+int sample_run_c_kind(const char *kind);
+/// Name of the C/C++ kind at index, NULL past the last.
+const char *sample_c_kind_at(int index);
+
+/// Runs `body(kind)` on a new pthread and waits for it (so crashes happen off the main thread).
+void sample_on_pthread(void (*body)(const char *), const char *kind);
+
+/// Chaining scenarios: a handler installed before capture (SA_SIGINFO or signal()), SIG_IGN,
+/// or installed after capture and chaining to it. Each handler appends a line to the file
+/// named by CRASH_SAMPLE_MARKER, then lets the signal take its default course.
+void sample_install_previous_siginfo_handler(int signo);
+void sample_install_previous_plain_handler(int signo);
+void sample_install_handler_after_capture(int signo);
+
+/// Hostile states.
+void sample_start_malloc_hammer(void);
+void sample_corrupt_heap(void);
+
+/// Unbounded recursion.
+void sample_recurse_forever(void);
+/// Blocks until a signal kills the process (for kills sent from outside).
+void sample_wait_for_signal(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

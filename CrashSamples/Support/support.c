@@ -1,0 +1,310 @@
+#include <assert.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "crash_sample_support.h"
+
+void sample_throw_runtime_error(void);
+void sample_throw_non_std(void);
+void sample_throw_from_noexcept(void);
+
+#define NOINLINE __attribute__((noinline))
+
+static volatile int sample_sink;
+
+NOINLINE void sample_null_read(void) {
+    volatile int *volatile p = NULL;
+    sample_sink = *p;
+}
+
+NOINLINE void sample_null_write(void) {
+    volatile int *volatile p = NULL;
+    *p = 1;
+}
+
+NOINLINE void sample_wild_pointer(void) {
+    volatile int *volatile p = (int *)(uintptr_t)0xdead0000beefULL;
+    *p = 1;
+}
+
+NOINLINE void sample_write_readonly(void) {
+    char *page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    volatile char *volatile p = page;
+    *p = 1;
+}
+
+NOINLINE void sample_jump_nonexec(void) {
+    char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void (*volatile fn)(void) = (void (*)(void))page;
+    fn();
+}
+
+NOINLINE void sample_null_function(void) {
+    void (*volatile fn)(void) = NULL;
+    fn();
+}
+
+NOINLINE void sample_bus_truncated_mmap(void) {
+    char path[] = "/tmp/crash-sample-bus-XXXXXX";
+    int fd = mkstemp(path);
+    unlink(path);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) abort();
+    volatile char *map = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    if (ftruncate(fd, 0) != 0) abort();
+    sample_sink = map[4096 + 16];
+}
+
+NOINLINE void sample_int_divide_by_zero(void) {
+    volatile int zero = 0;
+    sample_sink = 42 / zero;
+}
+
+NOINLINE void sample_builtin_trap(void) { __builtin_trap(); }
+
+NOINLINE void sample_abort(void) { abort(); }
+
+NOINLINE void sample_assert_fail(void) {
+    volatile int answer = 41;
+    assert(answer == 42);
+    abort();  // NDEBUG builds still crash
+}
+
+NOINLINE void sample_raise_segv(void) { raise(SIGSEGV); }
+
+NOINLINE void sample_sigqueue_segv(void) {
+    union sigval value = {.sival_int = 4242};
+    sigqueue(getpid(), SIGSEGV, value);
+}
+
+static void *sample_sleeping_thread(void *unused) {
+    (void)unused;
+    for (;;) pause();
+    return NULL;
+}
+
+NOINLINE void sample_pthread_kill_thread(void) {
+    pthread_t thread;
+    pthread_create(&thread, NULL, sample_sleeping_thread, NULL);
+    usleep(20000);
+    pthread_kill(thread, SIGSEGV);
+    for (;;) pause();
+}
+
+NOINLINE void sample_crash_in_dlopened_library(void) {
+    void *zlib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (zlib == NULL) abort();
+    unsigned long (*crc)(unsigned long, const unsigned char *, unsigned) = (unsigned long (*)(
+        unsigned long, const unsigned char *, unsigned))dlsym(zlib, "crc32");
+    if (crc == NULL) abort();
+    crc(0, (const unsigned char *)(uintptr_t)16, 64);
+}
+
+static pthread_barrier_t sample_crash_barrier;
+
+static void *sample_crash_together(void *unused) {
+    (void)unused;
+    pthread_barrier_wait(&sample_crash_barrier);
+    sample_null_read();
+    return NULL;
+}
+
+NOINLINE void sample_concurrent_crashes(void) {
+    enum { threads = 8 };
+    pthread_t ids[threads];
+    pthread_barrier_init(&sample_crash_barrier, NULL, threads);
+    for (int i = 0; i < threads; i++) pthread_create(&ids[i], NULL, sample_crash_together, NULL);
+    for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
+}
+
+NOINLINE void sample_crash_in_forked_child(void) {
+    pid_t child = fork();
+    if (child == 0) sample_null_read();
+    int status = 0;
+    waitpid(child, &status, 0);
+    // Report how the child died on stdout, then die the same way so the harness sees it.
+    printf("child-signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    fflush(stdout);
+    signal(SIGSEGV, SIG_DFL);
+    raise(WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL);
+}
+
+NOINLINE void sample_recurse_forever(void) {
+    volatile char pad[256];
+    pad[0] = 1;
+    sample_recurse_forever();
+    sample_sink = pad[0];
+}
+
+void sample_wait_for_signal(void) {
+    printf("ready %d\n", (int)getpid());
+    fflush(stdout);
+    for (;;) pause();
+}
+
+static void *sample_malloc_loop(void *unused) {
+    (void)unused;
+    for (;;) {
+        void *volatile p = malloc(64 + (size_t)(rand() & 1023));
+        free(p);
+    }
+    return NULL;
+}
+
+void sample_start_malloc_hammer(void) {
+    for (int i = 0; i < 2; i++) {
+        pthread_t thread;
+        pthread_create(&thread, NULL, sample_malloc_loop, NULL);
+    }
+    usleep(20000);
+}
+
+NOINLINE void sample_corrupt_heap(void) {
+    // Overwrite chunk headers around a freed block: any malloc after this may abort or hang.
+    char *a = malloc(64);
+    char *b = malloc(64);
+    free(b);
+    memset(a - 16, 0x41, 64 + 64 + 32);
+}
+
+// MARK: - Previous handlers
+
+static void sample_mark(const char *who, int signo, const siginfo_t *info) {
+    const char *path = getenv("CRASH_SAMPLE_MARKER");
+    if (path == NULL) return;
+    char line[256];
+    int n = snprintf(line, sizeof(line), "%s signo=%d code=%d addr=%p\n", who, signo, info ? info->si_code : 0,
+                     info ? info->si_addr : NULL);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+        (void)!write(fd, line, (size_t)n);
+        close(fd);
+    }
+}
+
+static void sample_previous_siginfo(int signo, siginfo_t *info, void *context) {
+    (void)context;
+    sample_mark("previous-siginfo", signo, info);
+    signal(signo, SIG_DFL);
+}
+
+static void sample_previous_plain(int signo) {
+    sample_mark("previous-plain", signo, NULL);
+    signal(signo, SIG_DFL);
+}
+
+void sample_install_previous_siginfo_handler(int signo) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = sample_previous_siginfo;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(signo, &sa, NULL);
+}
+
+void sample_install_previous_plain_handler(int signo) { signal(signo, sample_previous_plain); }
+
+static struct sigaction sample_before_us[65];
+
+static void sample_after_capture(int signo, siginfo_t *info, void *context) {
+    sample_mark("after-capture", signo, info);
+    struct sigaction *next = &sample_before_us[signo];
+    sigaction(signo, next, NULL);
+    if (next->sa_flags & SA_SIGINFO)
+        next->sa_sigaction(signo, info, context);
+    else if (next->sa_handler != SIG_DFL && next->sa_handler != SIG_IGN)
+        next->sa_handler(signo);
+}
+
+void sample_install_handler_after_capture(int signo) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = sample_after_capture;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigaction(signo, &sa, &sample_before_us[signo]);
+}
+
+// MARK: - Dispatch by name
+
+typedef struct sample_kind {
+    const char *name;
+    void (*run)(void);
+} sample_kind;
+
+static const sample_kind sample_kinds[] = {
+    {"null-read", sample_null_read},
+    {"null-write", sample_null_write},
+    {"wild-pointer", sample_wild_pointer},
+    {"write-readonly", sample_write_readonly},
+    {"jump-nonexec", sample_jump_nonexec},
+    {"null-function", sample_null_function},
+    {"bus-truncated-mmap", sample_bus_truncated_mmap},
+    {"int-divide-by-zero", sample_int_divide_by_zero},
+    {"builtin-trap", sample_builtin_trap},
+    {"abort", sample_abort},
+    {"assert", sample_assert_fail},
+    {"cxx-runtime-error", sample_throw_runtime_error},
+    {"cxx-non-std", sample_throw_non_std},
+    {"cxx-noexcept", sample_throw_from_noexcept},
+    {"raise-segv", sample_raise_segv},
+    {"sigqueue-segv", sample_sigqueue_segv},
+    {"pthread-kill", sample_pthread_kill_thread},
+    {"dlopen-library", sample_crash_in_dlopened_library},
+    {"concurrent-8", sample_concurrent_crashes},
+    {"fork-child", sample_crash_in_forked_child},
+    {"stack-overflow", sample_recurse_forever},
+    {"kill-from-outside", sample_wait_for_signal},
+};
+
+static const char *const sample_c_kinds[] = {
+    "null-read", "null-write", "wild-pointer", "write-readonly", "jump-nonexec", "null-function",
+    "bus-truncated-mmap", "int-divide-by-zero", "builtin-trap", "abort", "assert", "cxx-runtime-error",
+    "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
+    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", NULL,
+};
+
+const char *sample_c_kind_at(int index) {
+    if (index < 0 || (size_t)index >= sizeof(sample_c_kinds) / sizeof(sample_c_kinds[0])) return NULL;
+    return sample_c_kinds[index];
+}
+
+int sample_run_c_kind(const char *kind) {
+    for (size_t i = 0; i < sizeof(sample_kinds) / sizeof(sample_kinds[0]); i++) {
+        if (strcmp(kind, sample_kinds[i].name) == 0) {
+            sample_kinds[i].run();
+            // Some kinds (a fault that was ignored, say) may return: the caller decides.
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef struct sample_thread_args {
+    void (*body)(const char *);
+    const char *kind;
+} sample_thread_args;
+
+static void *sample_thread_main(void *context) {
+    sample_thread_args *args = context;
+    args->body(args->kind);
+    return NULL;
+}
+
+void sample_on_pthread(void (*body)(const char *), const char *kind) {
+    static sample_thread_args args;
+    args.body = body;
+    args.kind = kind;
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    pthread_create(&thread, &attr, sample_thread_main, &args);
+    pthread_join(thread, NULL);
+}

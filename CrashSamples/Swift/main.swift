@@ -1,0 +1,169 @@
+// crash-sample-swift KIND [--context CONTEXT] [--chain CHAIN]
+//
+// Crashes on request, for the crash-test harness. Installs CrashCapture first when
+// CRASHCAPTURE_DIR is set; without it the same crash runs uncaptured (the baseline).
+import CrashCapture
+import CrashSampleSupport
+import Dispatch
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+final class Victim {
+    var value = 1
+}
+
+struct SampleError: Error {}
+
+@inline(never) @_optimize(none) func opaque<T>(_ value: T) -> T { value }
+
+@inline(never) @_optimize(none) func crashSwiftFatalError() -> Never { fatalError("sample fatal error") }
+
+@inline(never) @_optimize(none) func crashSwiftForceUnwrap() -> Int {
+    let missing: Int? = opaque(nil)
+    return missing!
+}
+
+@inline(never) @_optimize(none) func crashSwiftArrayIndex() -> Int {
+    let values = [1, 2, 3]
+    return values[opaque(5)]
+}
+
+@inline(never) @_optimize(none) func crashSwiftIntegerOverflow() -> Int { Int.max + opaque(1) }
+
+@inline(never) @_optimize(none) func crashSwiftDivideByZero() -> Int { 42 / opaque(0) }
+
+@inline(never) @_optimize(none) func crashSwiftPrecondition() { precondition(opaque(false), "sample precondition") }
+
+@inline(never) @_optimize(none) func throwSample() throws -> Int { throw SampleError() }
+
+@inline(never) @_optimize(none) func crashSwiftTryBang() -> Int { try! throwSample() }
+
+@inline(never) @_optimize(none) func crashSwiftUnowned() -> Int {
+    var strong: Victim? = Victim()
+    unowned let weakling = strong!
+    strong = opaque(nil)
+    _ = strong
+    return weakling.value
+}
+
+@inline(never) @_optimize(none) func crashSwiftNullRead() -> Int {
+    UnsafePointer<Int>(bitPattern: opaque(0x10))!.pointee
+}
+
+@inline(never) @_optimize(none) func crashSwiftRecursion(_ depth: Int) -> Int {
+    var pad = (depth, depth, depth, depth, depth, depth, depth, depth)
+    pad.0 = crashSwiftRecursion(depth + 1)
+    return pad.0 + pad.7
+}
+
+let swiftKindNames = [
+    "swift-fatal-error", "swift-force-unwrap", "swift-array-index", "swift-integer-overflow", "swift-divide-by-zero",
+    "swift-precondition", "swift-try-bang", "swift-unowned", "swift-null-read", "swift-stack-overflow",
+]
+
+func runSwiftKind(_ name: String) -> Bool {
+    switch name {
+    case "swift-fatal-error": crashSwiftFatalError()
+    case "swift-force-unwrap": _ = crashSwiftForceUnwrap()
+    case "swift-array-index": _ = crashSwiftArrayIndex()
+    case "swift-integer-overflow": _ = crashSwiftIntegerOverflow()
+    case "swift-divide-by-zero": _ = crashSwiftDivideByZero()
+    case "swift-precondition": crashSwiftPrecondition()
+    case "swift-try-bang": _ = crashSwiftTryBang()
+    case "swift-unowned": _ = crashSwiftUnowned()
+    case "swift-null-read": _ = crashSwiftNullRead()
+    case "swift-stack-overflow": _ = crashSwiftRecursion(0)
+    default: return false
+    }
+    return true
+}
+
+func allKinds() -> [String] {
+    var names = swiftKindNames
+    var index: Int32 = 0
+    while let name = sample_c_kind_at(index) {
+        names.append(String(cString: name))
+        index += 1
+    }
+    return names
+}
+
+func run(_ kind: String) {
+    if !runSwiftKind(kind) && sample_run_c_kind(kind) == 0 {
+        FileHandle.standardError.write("unknown kind \(kind); --list shows them\n".data(using: .utf8)!)
+        exit(64)
+    }
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write((message + "\n").data(using: .utf8)!)
+    exit(64)
+}
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "--list" {
+    print(allKinds().joined(separator: "\n"))
+    exit(0)
+}
+guard let kind = arguments.first else {
+    fail("usage: crash-sample-swift KIND [--context main|pthread|dispatch|thread|task] [--chain CHAIN]")
+}
+var context = "main"
+var chain = "none"
+var index = 1
+while index < arguments.count {
+    switch arguments[index] {
+    case "--context" where index + 1 < arguments.count: context = arguments[index + 1]
+    case "--chain" where index + 1 < arguments.count: chain = arguments[index + 1]
+    default: fail("unexpected argument \(arguments[index])")
+    }
+    index += 2
+}
+guard allKinds().contains(kind) else { fail("unknown kind \(kind); --list shows them") }
+
+let chainedSignals = [SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP]
+switch chain {
+case "none": break
+case "previous-siginfo": chainedSignals.forEach { sample_install_previous_siginfo_handler($0) }
+case "previous-plain": chainedSignals.forEach { sample_install_previous_plain_handler($0) }
+case "ignore": chainedSignals.forEach { signal($0, SIG_IGN) }
+case "after-capture": break
+default: fail("unknown chain \(chain): none, previous-siginfo, previous-plain, ignore, after-capture")
+}
+
+if let directory = ProcessInfo.processInfo.environment["CRASHCAPTURE_DIR"] {
+    do {
+        try CrashCapture.install(
+            .init(directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
+                  staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)]))
+    } catch {
+        fail("crash capture not installed: \(error)")
+    }
+}
+if chain == "after-capture" { chainedSignals.forEach { sample_install_handler_after_capture($0) } }
+let sampleKind = kind
+switch context {
+case "main":
+    run(kind)
+case "pthread":
+    sample_on_pthread({ name in run(String(cString: name!)) }, kind)
+case "dispatch":
+    DispatchQueue.global().async { run(sampleKind) }
+    dispatchMain()
+case "thread":
+    let thread = Thread { run(sampleKind) }
+    thread.stackSize = 1 << 20
+    thread.start()
+    while true { sleep(10) }
+case "task":
+    Task.detached { run(sampleKind) }
+    while true { sleep(10) }
+default:
+    fail("unknown context \(context): main, pthread, dispatch, thread, task")
+}
+// A kind that did not crash (a sent signal that was ignored, say) ends normally.
+print("survived \(kind)")
+exit(0)

@@ -1,0 +1,55 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "CrashCapture",
+    products: [
+        .library(name: "CrashCapture", targets: ["CrashCapture"]),
+        .executable(name: "crashcap", targets: ["crashcap"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+    ],
+    targets: [
+        // The crash path and everything it needs prepared at install, in C. The preload
+        // library is built from these same sources by Scripts/build-preload.sh, with the C
+        // compiler alone, so that it carries no Swift runtime.
+        .target(
+            name: "CCrashCapture",
+            exclude: ["preload"],
+            cSettings: [.define("_GNU_SOURCE")]
+        ),
+        .target(
+            name: "CrashCapture",
+            dependencies: ["CCrashCapture"]
+        ),
+        .executableTarget(
+            name: "crashcap",
+            dependencies: [
+                "CrashCapture",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .target(
+            name: "CrashSampleSupport",
+            path: "CrashSamples/Support",
+            cSettings: [.define("_GNU_SOURCE")]
+        ),
+        .executableTarget(
+            name: "crash-sample-swift",
+            dependencies: ["CrashCapture", "CrashSampleSupport"],
+            path: "CrashSamples/Swift"
+        ),
+        .executableTarget(
+            name: "crash-sample-c",
+            dependencies: ["CCrashCapture", "CrashSampleSupport"],
+            path: "CrashSamples/C",
+            cSettings: [.define("_GNU_SOURCE")],
+            cxxSettings: [.define("_GNU_SOURCE")]
+        ),
+        .testTarget(
+            name: "CrashCaptureTests",
+            dependencies: ["CrashCapture"]
+        ),
+    ]
+)

@@ -1,0 +1,129 @@
+// State shared between install time (install.c, modules.c, threads.c) and the crash path
+// (crash_path.c). Everything here is prepared at install; the crash path only reads it,
+// apart from the few atomics that coordinate crashing threads.
+#ifndef CC_INTERNAL_H
+#define CC_INTERNAL_H
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crashcapture.h"
+
+#define CC_MAX_FRAMES 256
+#define CC_MAX_MODULES 512
+#define CC_MODULE_JSON_CAPACITY (192 * 1024)
+#define CC_STATIC_JSON_CAPACITY (32 * 1024)
+#define CC_DEFAULT_RESERVED_BYTES (256 * 1024)
+#define CC_RECORD_CAPACITY (512 * 1024)
+#define CC_MAX_PAYLOAD (1024 * 1024)
+#define CC_ALTSTACK_SIZE (64 * 1024)
+
+// Record framing, little-endian: magic "CCR1", type, payload length, CRC-32 of
+// (type, length, payload), then the payload.
+#define CC_RECORD_MAGIC "CCR1"
+#define CC_RECORD_HEADER_SIZE 16
+enum cc_record_type {
+    CC_RECORD_SESSION = 1,  // written at install: who this session is
+    CC_RECORD_EVENT = 2,    // one event JSON ($AppCrashed, $AppEnd)
+    CC_RECORD_TIMING = 3,   // handler timings, written after the fdatasync of the events
+};
+
+// A growable-nowhere text buffer: appends stop at `cap` and set `overflow`.
+typedef struct cc_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool overflow;
+} cc_buf;
+
+typedef struct cc_module {
+    uintptr_t start;      // lowest PT_LOAD address in memory
+    uintptr_t end;        // one past the highest
+    uintptr_t load_bias;  // dlpi_addr: memory address minus ELF virtual address
+} cc_module;
+
+typedef struct cc_module_map {
+    size_t count;
+    cc_module modules[CC_MAX_MODULES];
+    size_t json_len;
+    char json[CC_MODULE_JSON_CAPACITY];  // `{"path":..,"base":..,"build_id":..},...` no brackets
+} cc_module_map;
+
+typedef int (*cc_unw_init_local2_fn)(unw_cursor_t *, unw_context_t *, int);
+typedef int (*cc_unw_step_fn)(unw_cursor_t *);
+typedef int (*cc_unw_get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+
+#define CC_HANDLED_SIGNAL_COUNT 6
+extern const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT];
+
+typedef struct cc_state {
+    _Atomic int installed;
+    _Atomic int session_ended;  // normal exit seen; the crash file was removed
+    int fd;
+    int dir_fd;
+    uint64_t record_offset;  // where the crash records go (after the session record)
+    size_t reserved_bytes;
+    char directory[PATH_MAX];
+    char file_path[PATH_MAX];
+    char session_id[33];
+    char distinct_id[256];
+    int64_t start_wall_ms;
+    int64_t start_mono_ns;
+
+    // Event JSON pieces serialized once at install.
+    char session_record[8192];  // framed session record, rewritten if the file must be re-created
+    size_t session_record_len;
+    char lib_json[512];  // "lib":{...}
+    size_t lib_json_len;
+    char static_props[CC_STATIC_JSON_CAPACITY];  // properties members, no braces
+    size_t static_props_len;
+
+    struct sigaction previous[NSIG];
+    bool replaced[NSIG];
+    struct sigaction ours;
+
+    cc_unw_init_local2_fn unw_init_local2;
+    cc_unw_step_fn unw_step;
+    cc_unw_get_reg_fn unw_get_reg;
+
+    _Atomic(const char *) *swift_fatal_message;  // from swift_getFatalErrorMessageBuffer
+    void (*previous_terminate)(void);
+    void *(*set_terminate)(void (*)(void));
+    void *(*cxa_current_exception_type)(void);
+    _Atomic(const char *) exception_type_name;
+
+    cc_module_map *_Atomic module_map;
+    cc_module_map *module_maps[2];
+} cc_state;
+
+extern cc_state cc_global;
+
+// crash_path.c: the async-signal-safe part. Also used at install for shared formatting.
+void cc_signal_handler(int signo, siginfo_t *info, void *context);
+void cc_terminate_handler(void);
+void cc_buf_append(cc_buf *b, const char *s, size_t n);
+void cc_buf_append_str(cc_buf *b, const char *s);
+void cc_buf_append_json_string(cc_buf *b, const char *s, size_t max_bytes);
+void cc_buf_append_u64(cc_buf *b, uint64_t v);
+void cc_buf_append_i64(cc_buf *b, int64_t v);
+void cc_buf_append_hex(cc_buf *b, uint64_t v);
+uint32_t cc_crc32(uint32_t crc, const void *data, size_t n);
+size_t cc_frame_record(char *out, size_t cap, uint32_t type, const char *payload, size_t len);
+int cc_write_all(int fd, const void *data, size_t n);
+int64_t cc_monotonic_ns(void);
+int64_t cc_wall_ms(void);
+bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char *hex_out, size_t hex_cap);
+
+// modules.c
+int cc_modules_capture(void);
+
+// threads.c
+void cc_threads_enable(bool enabled);
+
+#endif

@@ -1,0 +1,31 @@
+// libCrashCapturePreload.so: crash capture for programs nobody recompiled.
+//
+//     LD_PRELOAD=/path/libCrashCapturePreload.so CRASHCAPTURE_DIR=/var/crash/app any-binary
+//
+// Built by the C compiler alone from the same sources as the CCrashCapture target, so the
+// Swift runtime never enters a process that did not ask for it. Optional environment:
+// CRASHCAPTURE_APP_NAME (default: the executable's name), CRASHCAPTURE_APP_VERSION.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crashcapture.h"
+
+__attribute__((constructor)) static void crashcapture_preload_install(void) {
+    const char *directory = getenv("CRASHCAPTURE_DIR");
+    if (directory == NULL || directory[0] == '\0') return;
+    crashcapture_config config;
+    memset(&config, 0, sizeof(config));
+    config.directory = directory;
+    config.app_name = getenv("CRASHCAPTURE_APP_NAME");
+    config.app_version = getenv("CRASHCAPTURE_APP_VERSION");
+    if (crashcapture_install(&config) != 0) {
+        // The program runs on, uncaptured; say so once, where its operator will look.
+        const char *error = crashcapture_last_error();
+        static const char prefix[] = "crashcapture: not installed: ";
+        (void)!write(STDERR_FILENO, prefix, sizeof(prefix) - 1);
+        (void)!write(STDERR_FILENO, error, strlen(error));
+        (void)!write(STDERR_FILENO, "\n", 1);
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+
+/// The crash file format: a sequence of framed records, then zeros (the space reserved at
+/// install). Each record is a 16-byte little-endian header, `CCR1` magic, type, payload
+/// length and a CRC-32 of (type, length, payload), followed by the JSON payload.
+public enum CrashFileFormat {
+    public static let magic: [UInt8] = Array("CCR1".utf8)
+    public static let headerSize = 16
+    public static let maximumPayload = 1 << 20
+    /// Files are read up to this size; anything past it is reported, never loaded.
+    public static let maximumFileSize = 16 << 20
+    public static let fileExtension = "ccr"
+}
+
+public enum CrashRecordType: UInt32, Sendable {
+    case session = 1
+    case event = 2
+    case timing = 3
+}
+
+public struct CrashRecord: Sendable {
+    public let type: CrashRecordType
+    public let offset: Int
+    public let payload: [UInt8]
+
+    public var json: [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any]
+    }
+}
+
+public struct CrashFileProblem: Error, Sendable, Equatable, CustomStringConvertible {
+    public let offset: Int
+    public let reason: String
+    public var description: String { "offset \(offset): \(reason)" }
+}
+
+public struct CrashFileContents: Sendable {
+    public var records: [CrashRecord] = []
+    public var problems: [CrashFileProblem] = []
+    public var byteCount = 0
+
+    public var events: [CrashRecord] { records.filter { $0.type == .event } }
+}
+
+public enum CrashFileReader {
+    public static func read(path: String) throws -> CrashFileContents {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw CrashCaptureError.io("cannot open \(path)")
+        }
+        defer { try? handle.close() }
+        let data = try handle.read(upToCount: CrashFileFormat.maximumFileSize + 1) ?? Data()
+        var contents = parse(Array(data.prefix(CrashFileFormat.maximumFileSize)))
+        if data.count > CrashFileFormat.maximumFileSize {
+            contents.problems.append(
+                CrashFileProblem(
+                    offset: CrashFileFormat.maximumFileSize,
+                    reason: "file is larger than \(CrashFileFormat.maximumFileSize) bytes; the rest was not read"))
+        }
+        return contents
+    }
+
+    /// Recovers every whole record. Damage is reported with its offset, and reading resumes at
+    /// the next magic, so one torn record never hides the ones after it.
+    public static func parse(_ bytes: [UInt8]) -> CrashFileContents {
+        var contents = CrashFileContents()
+        contents.byteCount = bytes.count
+        var offset = 0
+        while offset < bytes.count {
+            if bytes[offset] == 0 {
+                guard let next = bytes[offset...].firstIndex(where: { $0 != 0 }) else { break }
+                contents.problems.append(
+                    CrashFileProblem(offset: next, reason: "data after the zero-filled reserved space"))
+                offset = next
+                continue
+            }
+            switch parseRecord(bytes, at: offset) {
+            case .success(let record):
+                contents.records.append(record)
+                offset += CrashFileFormat.headerSize + record.payload.count
+            case .failure(let problem):
+                contents.problems.append(problem)
+                offset = nextMagic(in: bytes, after: offset) ?? bytes.count
+            }
+        }
+        return contents
+    }
+
+    private static func parseRecord(_ bytes: [UInt8], at offset: Int) -> Result<CrashRecord, CrashFileProblem> {
+        let available = bytes.count - offset
+        guard available >= CrashFileFormat.headerSize else {
+            return .failure(.init(offset: offset, reason: "truncated record header (\(available) bytes)"))
+        }
+        guard Array(bytes[offset..<offset + 4]) == CrashFileFormat.magic else {
+            return .failure(.init(offset: offset, reason: "no record magic: not a CrashCapture record"))
+        }
+        let type = littleEndian32(bytes, offset + 4)
+        let length = Int(littleEndian32(bytes, offset + 8))
+        let expected = littleEndian32(bytes, offset + 12)
+        guard length <= CrashFileFormat.maximumPayload else {
+            return .failure(.init(offset: offset, reason: "record length \(length) exceeds the 1 MiB limit"))
+        }
+        guard length <= available - CrashFileFormat.headerSize else {
+            return .failure(
+                .init(
+                    offset: offset,
+                    reason: "truncated record: \(length) payload bytes declared, "
+                        + "\(available - CrashFileFormat.headerSize) present"))
+        }
+        let start = offset + CrashFileFormat.headerSize
+        var crc = CRC32.update(0, bytes[offset + 4..<offset + 12])
+        crc = CRC32.update(crc, bytes[start..<start + length])
+        guard crc == expected else {
+            return .failure(.init(offset: offset, reason: "checksum mismatch: torn or damaged record"))
+        }
+        guard let recordType = CrashRecordType(rawValue: type) else {
+            return .failure(.init(offset: offset, reason: "unknown record type \(type)"))
+        }
+        return .success(CrashRecord(type: recordType, offset: offset, payload: Array(bytes[start..<start + length])))
+    }
+
+    private static func nextMagic(in bytes: [UInt8], after offset: Int) -> Int? {
+        var index = offset + 1
+        while index + 4 <= bytes.count {
+            if bytes[index] == 0x43 && bytes[index + 1] == 0x43 && bytes[index + 2] == 0x52 && bytes[index + 3] == 0x31 {
+                return index
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    private static func littleEndian32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
+        UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
+    }
+}
+
+/// CRC-32 as zlib computes it (IEEE polynomial, reflected).
+public enum CRC32 {
+    static let table: [UInt32] = (0..<256).map { index in
+        var crc = UInt32(index)
+        for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        return crc
+    }
+
+    public static func update(_ crc: UInt32, _ bytes: some Collection<UInt8>) -> UInt32 {
+        var value = ~crc
+        for byte in bytes { value = table[Int((value ^ UInt32(byte)) & 0xff)] ^ (value >> 8) }
+        return ~value
+    }
+}

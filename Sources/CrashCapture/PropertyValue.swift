@@ -1,0 +1,120 @@
+/// A value of an event property, as the Sensors Analytics data model allows: text, numbers,
+/// booleans and lists of text.
+public enum PropertyValue: Sendable, Equatable {
+    case string(String)
+    case int(Int)
+    case double(Double)
+    case bool(Bool)
+    case strings([String])
+}
+
+extension PropertyValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: String...) { self = .strings(elements) }
+}
+
+/// The naming and size rules shared by static properties and tracked events.
+public enum PropertyRules {
+    public static let maximumKeyLength = 100
+    public static let maximumStringBytes = 8191
+    public static let maximumListCount = 500
+    static let reservedNames: Set<String> = [
+        "distinct_id", "original_id", "time", "properties", "id", "first_id", "second_id", "users", "events",
+        "event", "user_id", "date", "datetime",
+    ]
+
+    /// Checks a property key or an event name: `[A-Za-z_$][A-Za-z0-9_$]*`, at most 100 bytes, not a
+    /// reserved name; `$` starts only the SDK's own preset names.
+    public static func validateName(_ name: String, kind: String, allowDollar: Bool = false) throws {
+        guard !name.isEmpty, name.utf8.count <= maximumKeyLength else {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" must be 1 to \(maximumKeyLength) bytes")
+        }
+        if name.hasPrefix("$") && !allowDollar {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\": names starting with $ are reserved")
+        }
+        for (index, byte) in name.utf8.enumerated() {
+            let letter = (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a) || byte == 0x5f
+            let digit = byte >= 0x30 && byte <= 0x39
+            let dollar = byte == 0x24 && allowDollar
+            guard letter || dollar || (digit && index > 0) else {
+                throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" must match [A-Za-z_][A-Za-z0-9_]*")
+            }
+        }
+        if reservedNames.contains(name.lowercased()) {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" is a reserved name")
+        }
+    }
+
+    public static func validate(_ properties: [String: PropertyValue]) throws {
+        for (key, value) in properties {
+            try validateName(key, kind: "property key")
+            switch value {
+            case .string(let text):
+                try validateText(text, key: key)
+            case .strings(let list):
+                guard list.count <= maximumListCount else {
+                    throw CrashCaptureError.invalidArgument(
+                        "property \"\(key)\" has \(list.count) items; at most \(maximumListCount)")
+                }
+                for text in list { try validateText(text, key: key) }
+            case .double(let number):
+                guard number.isFinite else {
+                    throw CrashCaptureError.invalidArgument("property \"\(key)\" is not a finite number")
+                }
+            case .int, .bool:
+                break
+            }
+        }
+    }
+
+    private static func validateText(_ text: String, key: String) throws {
+        guard text.utf8.count <= maximumStringBytes else {
+            throw CrashCaptureError.invalidArgument(
+                "property \"\(key)\" is \(text.utf8.count) bytes; at most \(maximumStringBytes)")
+        }
+    }
+}
+
+enum JSONText {
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        out.reserveCapacity(text.utf8.count + 2)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 || scalar.value == 0x7f {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    static func value(_ value: PropertyValue) -> String {
+        switch value {
+        case .string(let text): return quoted(text)
+        case .int(let number): return String(number)
+        case .double(let number): return "\(number)"
+        case .bool(let flag): return flag ? "true" : "false"
+        case .strings(let list): return "[" + list.map(quoted).joined(separator: ",") + "]"
+        }
+    }
+
+    /// Object members without braces, keys sorted so the output is stable.
+    static func members(_ properties: [String: PropertyValue]) -> String {
+        properties.keys.sorted().map { quoted($0) + ":" + value(properties[$0]!) }.joined(separator: ",")
+    }
+}
