@@ -98,6 +98,10 @@ func run(_ kind: String) {
     }
 }
 
+// A named function, not a closure: closures in top-level code are main-actor isolated, and
+// the runtime traps when one runs on a plain pthread.
+func runNamedKind(_ name: UnsafePointer<CChar>?) { run(String(cString: name!)) }
+
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write((message + "\n").data(using: .utf8)!)
     exit(64)
@@ -149,7 +153,7 @@ switch context {
 case "main":
     run(kind)
 case "pthread":
-    sample_on_pthread({ name in run(String(cString: name!)) }, kind)
+    sample_on_pthread(runNamedKind, kind)
 case "dispatch":
     DispatchQueue.global().async { run(sampleKind) }
     dispatchMain()

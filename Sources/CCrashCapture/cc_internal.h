@@ -71,6 +71,11 @@ typedef struct cc_state {
     size_t reserved_bytes;
     char directory[PATH_MAX];
     char file_path[PATH_MAX];
+    char file_name[64];
+    // The crash file is an unnamed O_TMPFILE until a crash links it into the directory, so
+    // sessions that end any other way (exit, exec, SIGKILL) leave nothing behind.
+    bool anonymous_file;
+    char proc_fd_path[64];
     char session_id[33];
     char distinct_id[256];
     int64_t start_wall_ms;

@@ -523,9 +523,10 @@ static void cc_gather_texts(void) {
 }
 
 static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
-    unsigned faulted = 0;
+    // volatile: both live across siglongjmp back into this frame.
+    volatile unsigned faulted = 0;
     cc_thread_name[0] = cc_swift_message[0] = cc_exception_type[0] = '\0';
-    for (int stage = 0; stage < CC_STAGE_COUNT; stage++) {
+    for (volatile int stage = 0; stage < CC_STAGE_COUNT; stage++) {
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;
             switch (stage) {
@@ -807,7 +808,7 @@ static size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c) {
 }
 
 static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
-                              int sync_ok) {
+                              int64_t publish_ns, int sync_ok) {
     cc_buf b = {out, 0, cap, false};
     cc_buf_append_str(&b, "{\"event_id\":\"");
     cc_buf_append_str(&b, cc_global.session_id);
@@ -817,20 +818,30 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     cc_buf_append_i64(&b, write_ns);
     cc_buf_append_str(&b, ",\"fdatasync_ns\":");
     cc_buf_append_i64(&b, sync_ns);
+    cc_buf_append_str(&b, ",\"publish_ns\":");
+    cc_buf_append_i64(&b, publish_ns);
     cc_buf_append_str(&b, ",\"fdatasync_ok\":");
     cc_buf_append_str(&b, sync_ok ? "true" : "false");
     cc_buf_append_str(&b, "}");
     return b.overflow ? 0 : b.len;
 }
 
-// After a normal exit removed the file, a crash in a later atexit handler still needs one.
+// A named crash file is removed at normal exit; a crash in a later atexit handler still
+// needs one. (An unnamed one stays open to the end.)
 static int cc_crash_fd(void) {
-    if (!atomic_load(&cc_global.session_ended) && cc_global.fd >= 0) return cc_global.fd;
-    int fd = open(cc_global.file_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (cc_global.fd >= 0) return cc_global.fd;
+    int fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -1;
     if (cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) return -1;
     cc_global.record_offset = cc_global.session_record_len;
     return fd;
+}
+
+// Gives the unnamed file its name once its records are durable, then makes the name durable.
+static void cc_publish(int fd) {
+    if (!cc_global.anonymous_file || fd != cc_global.fd) return;
+    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0)
+        fsync(cc_global.dir_fd);
 }
 
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
@@ -862,13 +873,15 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) return;
     int64_t sync_start = cc_monotonic_ns();
     int sync_ok = fdatasync(fd) == 0;
+    int64_t synced = cc_monotonic_ns();
+    cc_publish(fd);
     int64_t done = cc_monotonic_ns();
     atomic_store(&cc_report_written, 1);
 
     // Timings are known only now; they ride in a record of their own that the kernel
     // flushes on its own schedule (the page cache outlives the process).
     size_t timing = cc_build_timing(out + CC_RECORD_HEADER_SIZE, cap - CC_RECORD_HEADER_SIZE, done - entry_ns,
-                                    sync_start - write_start, done - sync_start, sync_ok);
+                                    sync_start - write_start, synced - sync_start, done - synced, sync_ok);
     if (timing > 0) {
         cc_frame_in_place(out, CC_RECORD_TIMING, timing);
         cc_write_all(fd, out, CC_RECORD_HEADER_SIZE + timing);

@@ -293,34 +293,38 @@ static int cc_open_session_file(void) {
     if (cc_random_hex(cc_global.session_id, 16) != 0) return cc_fail("getrandom failed: %s", strerror(errno));
     cc_global.start_wall_ms = cc_wall_ms();
     cc_global.start_mono_ns = cc_monotonic_ns();
-    char name[64];
-    snprintf(name, sizeof(name), "session-%s.ccr", cc_global.session_id);
-    int n = snprintf(cc_global.file_path, sizeof(cc_global.file_path), "%s/%s", cc_global.directory, name);
+    snprintf(cc_global.file_name, sizeof(cc_global.file_name), "crash-%s.%s", cc_global.session_id, "ccr");
+    int n = snprintf(cc_global.file_path, sizeof(cc_global.file_path), "%s/%s", cc_global.directory,
+                     cc_global.file_name);
     if (n < 0 || (size_t)n >= sizeof(cc_global.file_path)) return cc_fail("crash file path too long");
-    int fd = openat(cc_global.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return cc_fail("cannot create crash file %s: %s", cc_global.file_path, strerror(errno));
-    // The lock tells a replaying process that this file belongs to a live session.
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
-        return cc_fail("cannot lock crash file %s: %s", cc_global.file_path, strerror(errno));
+    int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    cc_global.anonymous_file = fd >= 0;
+    if (fd < 0) {
+        // No O_TMPFILE on this filesystem: a named file, locked so that a replaying process
+        // knows it belongs to a live session, and removed at exit.
+        fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) return cc_fail("cannot create crash file %s: %s", cc_global.file_path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd);
+            unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+            return cc_fail("cannot lock crash file %s: %s", cc_global.file_path, strerror(errno));
+        }
     }
+    snprintf(cc_global.proc_fd_path, sizeof(cc_global.proc_fd_path), "/proc/self/fd/%d", fd);
     // Reserve the report's space now so that a full disk at crash time cannot lose it.
     int err = posix_fallocate(fd, 0, (off_t)cc_global.reserved_bytes);
-    if (err != 0) {
-        close(fd);
-        unlinkat(cc_global.dir_fd, name, 0);
-        return cc_fail("cannot reserve %zu bytes for the crash file %s: %s", cc_global.reserved_bytes,
-                       cc_global.file_path, strerror(err));
+    if (err == 0 && cc_build_session_record() == 0 &&
+        cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) == 0) {
+        cc_global.record_offset = cc_global.session_record_len;
+        cc_global.fd = fd;
+        atomic_store(&cc_global.session_ended, 0);
+        return 0;
     }
-    if (cc_build_session_record() != 0 || cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) {
-        close(fd);
-        unlinkat(cc_global.dir_fd, name, 0);
-        return cc_fail("cannot write crash file %s: %s", cc_global.file_path, strerror(errno));
-    }
-    cc_global.record_offset = cc_global.session_record_len;
-    cc_global.fd = fd;
-    atomic_store(&cc_global.session_ended, 0);
-    return 0;
+    int saved = err != 0 ? err : errno;
+    close(fd);
+    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    return cc_fail("cannot reserve %zu bytes for the crash file in %s: %s", cc_global.reserved_bytes,
+                   cc_global.directory, strerror(saved));
 }
 
 // MARK: - Optional runtimes
@@ -402,8 +406,11 @@ static void cc_restore_signal_handlers(void) {
 
 void crashcapture_end_session(void) {
     if (!atomic_load(&cc_global.installed) || atomic_load(&cc_global.session_ended)) return;
+    // From here on a crash (in a later atexit handler, say) is still reported, without a
+    // second $AppEnd: the normal one was already tracked.
     atomic_store(&cc_global.session_ended, 1);
-    unlink(cc_global.file_path);
+    if (cc_global.anonymous_file) return;
+    unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
     int fd = cc_global.fd;
     cc_global.fd = -1;
     if (fd >= 0) close(fd);
@@ -509,6 +516,8 @@ void crashcapture_uninstall(void) {
         cc_threads_enable(false);
         crashcapture_end_session();
         atomic_store(&cc_global.installed, 0);
+        if (cc_global.fd >= 0) close(cc_global.fd);
+        cc_global.fd = -1;
         if (cc_global.dir_fd >= 0) close(cc_global.dir_fd);
         cc_global.dir_fd = -1;
     }

@@ -85,7 +85,7 @@ static cc_pthread_create_fn cc_real_pthread_create(void) {
     return fn;
 }
 
-int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*routine)(void *), void *argument) {
+CRASHCAPTURE_API int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*routine)(void *), void *argument) {
     cc_pthread_create_fn real = cc_real_pthread_create();
     if (real == NULL) return EAGAIN;
     if (!atomic_load(&cc_threads_enabled)) return real(thread, attr, routine, argument);

@@ -23,6 +23,10 @@ extern "C" {
 
 #define CRASHCAPTURE_VERSION "0.1.0"
 
+// The shared libraries are built with hidden visibility: only this API (and the
+// pthread_create interposer) is exported, so two copies in one process never mix state.
+#define CRASHCAPTURE_API __attribute__((visibility("default")))
+
 /// A static property attached to every event of this process. Keys follow the Sensors
 /// Analytics rules (letters, digits, `_` and `$`, not starting with a digit, at most 100
 /// bytes, no `$` prefix and no reserved name); values are UTF-8 text of at most 8191 bytes.
@@ -50,53 +54,53 @@ typedef struct crashcapture_config {
 
 /// Installs the handlers. Returns 0, or -1 with crashcapture_last_error() set; a second
 /// call while installed returns 0 and changes nothing.
-int crashcapture_install(const crashcapture_config *config);
+CRASHCAPTURE_API int crashcapture_install(const crashcapture_config *config);
 
 /// Restores the signal dispositions we replaced (unless someone replaced ours since), the
 /// previous C++ terminate handler, and removes this session's crash file.
-void crashcapture_uninstall(void);
+CRASHCAPTURE_API void crashcapture_uninstall(void);
 
-int crashcapture_is_installed(void);
+CRASHCAPTURE_API int crashcapture_is_installed(void);
 
 /// Text of the last failure of crashcapture_install, for this process.
-const char *crashcapture_last_error(void);
+CRASHCAPTURE_API const char *crashcapture_last_error(void);
 
 /// Gives the calling thread an alternate signal stack with a guard page, so a stack overflow
 /// on it is captured. Threads created after install get one automatically; call this on
 /// threads that existed before. Returns 0 or -1 (errno set).
-int crashcapture_install_thread_stack(void);
+CRASHCAPTURE_API int crashcapture_install_thread_stack(void);
 
 /// Re-reads the list of loaded modules (path, address range, GNU build-id) used to place
 /// frames. Modules loaded later are also found at crash time, so calling this is optional.
-int crashcapture_refresh_modules(void);
+CRASHCAPTURE_API int crashcapture_refresh_modules(void);
 
 /// Path of this session's crash file, or NULL when not installed.
-const char *crashcapture_crash_file_path(void);
+CRASHCAPTURE_API const char *crashcapture_crash_file_path(void);
 
 /// The session id, 32 hex digits, or NULL when not installed. Event ids are derived from it.
-const char *crashcapture_session_id(void);
+CRASHCAPTURE_API const char *crashcapture_session_id(void);
 
 /// The distinct id in use, or NULL when not installed.
-const char *crashcapture_distinct_id(void);
+CRASHCAPTURE_API const char *crashcapture_distinct_id(void);
 
 /// The $AppStart moment: wall clock in ms since the epoch and CLOCK_MONOTONIC in ns.
-int64_t crashcapture_start_wall_ms(void);
-int64_t crashcapture_start_monotonic_ns(void);
+CRASHCAPTURE_API int64_t crashcapture_start_wall_ms(void);
+CRASHCAPTURE_API int64_t crashcapture_start_monotonic_ns(void);
 
 /// The static event properties as JSON object members (no braces), as written into reports.
-const char *crashcapture_static_properties_json(void);
+CRASHCAPTURE_API const char *crashcapture_static_properties_json(void);
 
 /// 1 when stacks come from libunwind, 0 when libunwind could not be loaded and stacks are
 /// walked through frame pointers only.
-int crashcapture_has_libunwind(void);
+CRASHCAPTURE_API int crashcapture_has_libunwind(void);
 
 /// Marks the session as ended normally: the crash file is removed. Called automatically at
 /// exit(); a later crash of this process (from an atexit handler) is still captured.
-void crashcapture_end_session(void);
+CRASHCAPTURE_API void crashcapture_end_session(void);
 
 /// Test hook: when set to 1, the next crash report faults inside the handler on purpose,
 /// to prove that a fault in our own handler still leaves a minimal record and re-raises.
-void crashcapture_test_fault_in_handler(int enabled);
+CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int enabled);
 
 #ifdef __cplusplus
 }
