@@ -10,6 +10,64 @@
 #include "crash_sample_support.h"
 #include "crashcapture.h"
 
+static int failures;
+
+static void expect(int condition, const char *what) {
+    if (!condition) {
+        printf("FAIL %s\n", what);
+        failures++;
+    }
+}
+
+static void other_handler(int signo) { (void)signo; }
+
+static void previous_handler(int signo, siginfo_t *info, void *context) {
+    (void)signo;
+    (void)info;
+    (void)context;
+}
+
+// Install and uninstall from the outside: idempotent, exact restore, and a handler someone
+// installed after us is not clobbered.
+static int selfcheck(const char *directory) {
+    struct sigaction previous = {.sa_sigaction = previous_handler, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&previous.sa_mask);
+    sigaddset(&previous.sa_mask, SIGUSR2);
+    sigaction(SIGSEGV, &previous, NULL);
+    sigaction(SIGSEGV, NULL, &previous);  // as the kernel keeps it (glibc adds SA_RESTORER)
+    crashcapture_config config = {.directory = directory, .app_name = "selfcheck", .app_version = "1"};
+    expect(crashcapture_install(&config) == 0, "install");
+    struct sigaction now;
+    sigaction(SIGSEGV, NULL, &now);
+    expect(now.sa_sigaction != previous_handler, "our handler is in place");
+    expect((now.sa_flags & (SA_ONSTACK | SA_SIGINFO)) == (SA_ONSTACK | SA_SIGINFO), "SA_ONSTACK|SA_SIGINFO");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", crashcapture_crash_file_path());
+    expect(crashcapture_install(&config) == 0, "second install succeeds");
+    expect(strcmp(path, crashcapture_crash_file_path()) == 0, "second install changes nothing");
+    struct sigaction again;
+    sigaction(SIGSEGV, NULL, &again);
+    expect(again.sa_sigaction == now.sa_sigaction, "second install keeps our handler");
+    stack_t stack;
+    sigaltstack(NULL, &stack);
+    expect(!(stack.ss_flags & SS_DISABLE) && stack.ss_size >= 64 * 1024, "installing thread has an alt stack");
+    signal(SIGBUS, other_handler);  // installed after us
+    crashcapture_uninstall();
+    expect(!crashcapture_is_installed(), "uninstalled");
+    struct sigaction restored;
+    sigaction(SIGSEGV, NULL, &restored);
+    expect(restored.sa_sigaction == previous_handler, "previous SIGSEGV handler restored");
+    expect(restored.sa_flags == previous.sa_flags, "previous flags restored");
+    expect(sigismember(&restored.sa_mask, SIGUSR2) == 1, "previous mask restored");
+    struct sigaction bus;
+    sigaction(SIGBUS, NULL, &bus);
+    expect(bus.sa_handler == other_handler, "a handler installed after us is kept");
+    expect(crashcapture_install(&config) == 0, "install after uninstall");
+    crashcapture_uninstall();
+    printf(failures == 0 ? "selfcheck ok\n" : "selfcheck failed\n");
+    return failures == 0 ? 0 : 1;
+}
+
 static void run(const char *kind) {
     if (!sample_run_c_kind(kind)) {
         fprintf(stderr, "unknown kind %s; --list shows them\n", kind);
@@ -27,6 +85,7 @@ int main(int argc, char **argv) {
         return 64;
     }
     const char *kind = argv[1];
+    if (strcmp(kind, "selfcheck") == 0) return selfcheck(getenv("CRASHCAPTURE_DIR"));
     const char *context = "main";
     const char *chain = "none";
     for (int i = 2; i + 1 < argc; i += 2) {

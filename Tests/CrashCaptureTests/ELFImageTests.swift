@@ -1,0 +1,37 @@
+import CrashCapture
+import Foundation
+import Testing
+
+@Suite struct ELFImageTests {
+    @Test func readsBuildIDAndFunctionsOfTheSample() throws {
+        let image = try ELFImage(path: Paths.cSample)
+        let readelf = try run("/usr/bin/readelf", ["-n", Paths.cSample])
+        let buildID = try #require(image.buildID)
+        #expect(readelf.stdout.contains("Build ID: \(buildID)"))
+        let symbol = try #require(image.symbols.first { $0.name == "sample_null_read" })
+        #expect(image.symbol(containing: symbol.address + 2)?.symbol.name == "sample_null_read")
+        #expect(image.hasFullSymbolTable)
+    }
+
+    @Test func strippedLibraryFallsBackToDynamicSymbols() throws {
+        let image = try ELFImage(path: "/lib/x86_64-linux-gnu/libz.so.1")
+        #expect(!image.hasFullSymbolTable)
+        let crc = try #require(image.symbols.first { $0.name == "crc32" })
+        #expect(image.symbol(containing: crc.address + 1)?.symbol.name == "crc32")
+    }
+
+    @Test func damagedFilesAreErrors() {
+        #expect(throws: CrashCaptureError.self) { try ELFImage(path: "x", bytes: Array("not elf".utf8)) }
+        var header = [UInt8](repeating: 0, count: 64)
+        header[0...5] = [0x7f, 0x45, 0x4c, 0x46, 2, 1]
+        header[0x28] = 0xff  // section headers far past the end
+        header[0x3a] = 64
+        header[0x3c] = 3
+        #expect(throws: CrashCaptureError.self) { try ELFImage(path: "x", bytes: header) }
+    }
+
+    @Test func demanglesSwiftNames() {
+        #expect(Demangler.demangle("$s4main3fooyyF") == "main.foo() -> ()")
+        #expect(Demangler.demangle("sample_null_read") == "sample_null_read")
+    }
+}
