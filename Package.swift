@@ -47,6 +47,11 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE")],
             cxxSettings: [.define("_GNU_SOURCE")]
         ),
+        .executableTarget(
+            name: "crashcap-bench",
+            dependencies: ["CrashCapture"],
+            path: "Benchmarks/CrashBenchmarks"
+        ),
         .testTarget(
             name: "CrashCaptureTests",
             dependencies: ["CrashCapture"]

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "crash_sample_support.h"
 #include "crashcapture.h"
@@ -68,6 +70,46 @@ static int selfcheck(const char *directory) {
     return failures == 0 ? 0 : 1;
 }
 
+static long resident_kb(void) {
+    long pages = 0, resident = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (statm == NULL) return -1;
+    if (fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    fclose(statm);
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static long thread_count(void) {
+    char line[256];
+    long threads = -1;
+    FILE *status = fopen("/proc/self/status", "r");
+    if (status == NULL) return -1;
+    while (fgets(line, sizeof(line), status) != NULL)
+        if (sscanf(line, "Threads: %ld", &threads) == 1) break;
+    fclose(status);
+    return threads;
+}
+
+// One install, measured from inside: time, resident memory and threads added.
+static int measure_install(const char *directory) {
+    crashcapture_config config = {.directory = directory, .app_name = "measure", .app_version = "1"};
+    long rss_before = resident_kb(), threads_before = thread_count();
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int status = crashcapture_install(&config);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    long rss_after = resident_kb(), threads_after = thread_count();
+    if (status != 0) {
+        fprintf(stderr, "%s\n", crashcapture_last_error());
+        return 1;
+    }
+    printf("{\"install_ns\":%lld,\"rss_before_kb\":%ld,\"rss_after_kb\":%ld,\"threads_before\":%ld,"
+           "\"threads_after\":%ld,\"libunwind\":%d}\n",
+           (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec), rss_before,
+           rss_after, threads_before, threads_after, crashcapture_has_libunwind());
+    return 0;
+}
+
 static void run(const char *kind) {
     if (!sample_run_c_kind(kind)) {
         fprintf(stderr, "unknown kind %s; --list shows them\n", kind);
@@ -86,6 +128,7 @@ int main(int argc, char **argv) {
     }
     const char *kind = argv[1];
     if (strcmp(kind, "selfcheck") == 0) return selfcheck(getenv("CRASHCAPTURE_DIR"));
+    if (strcmp(kind, "measure-install") == 0) return measure_install(getenv("CRASHCAPTURE_DIR"));
     const char *context = "main";
     const char *chain = "none";
     for (int i = 2; i + 1 < argc; i += 2) {

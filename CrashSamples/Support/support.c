@@ -136,6 +136,19 @@ NOINLINE void sample_crash_in_forked_child(void) {
     exit(0);
 }
 
+// 60 frames of recursion under main and the dispatcher: a 64-frame stack at the fault.
+// The volatile result keeps release builds from turning the recursion into a loop.
+NOINLINE int sample_deep_stack(int depth) {
+    if (depth == 0) {
+        sample_null_read();
+        return 0;
+    }
+    volatile int below = sample_deep_stack(depth - 1);
+    return below + 1;
+}
+
+static void sample_deep_stack_64(void) { sample_deep_stack(60); }
+
 NOINLINE void sample_recurse_forever(void) {
     volatile char pad[256];
     pad[0] = 1;
@@ -260,13 +273,14 @@ static const sample_kind sample_kinds[] = {
     {"fork-child", sample_crash_in_forked_child},
     {"stack-overflow", sample_recurse_forever},
     {"kill-from-outside", sample_wait_for_signal},
+    {"deep-stack-64", sample_deep_stack_64},
 };
 
 static const char *const sample_c_kinds[] = {
     "null-read", "null-write", "wild-pointer", "write-readonly", "jump-nonexec", "null-function",
     "bus-truncated-mmap", "int-divide-by-zero", "builtin-trap", "abort", "assert", "cxx-runtime-error",
     "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
-    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", NULL,
+    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", NULL,
 };
 
 const char *sample_c_kind_at(int index) {

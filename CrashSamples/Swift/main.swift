@@ -141,8 +141,9 @@ default: fail("unknown chain \(chain): none, previous-siginfo, previous-plain, i
 if let directory = ProcessInfo.processInfo.environment["CRASHCAPTURE_DIR"] {
     do {
         try CrashCapture.install(
-            .init(directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
-                  staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)]))
+            .init(
+                directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
+                staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)]))
     } catch {
         fail("crash capture not installed: \(error)")
     }

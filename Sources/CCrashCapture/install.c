@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cc_internal.h"
@@ -72,9 +73,12 @@ static int cc_make_directories(const char *path) {
 }
 
 static int cc_open_directory(const char *path) {
-    if (cc_make_directories(path) != 0) return -1;
     struct stat st;
-    if (lstat(path, &st) != 0) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
+        if (cc_make_directories(path) != 0) return -1;
+        if (lstat(path, &st) != 0) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
+    }
     if (S_ISLNK(st.st_mode)) return cc_fail("crash directory %s is a symbolic link; refusing it", path);
     if (!S_ISDIR(st.st_mode)) return cc_fail("crash directory %s is not a directory", path);
     if (st.st_uid != geteuid())
@@ -192,7 +196,8 @@ static void cc_append_member(cc_buf *b, const char *key, const char *value) {
     cc_buf_append_json_string(b, value, 8191);
 }
 
-// Process start in ms since the epoch: /proc/self/stat field 22 plus the boot time.
+// Process start in ms since the epoch: /proc/self/stat field 22 counts clock ticks since
+// boot, and CLOCK_BOOTTIME says how long ago boot was (cheaper than reading /proc/stat).
 static int64_t cc_process_start_ms(void) {
     char buffer[1024];
     int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
@@ -208,16 +213,12 @@ static int64_t cc_process_start_ms(void) {
     if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
                &start_ticks) != 1)
         return 0;
-    FILE *stat = fopen("/proc/stat", "re");
-    if (stat == NULL) return 0;
-    char line[256];
-    unsigned long long boot = 0;
-    while (fgets(line, sizeof(line), stat) != NULL)
-        if (sscanf(line, "btime %llu", &boot) == 1) break;
-    fclose(stat);
     long hz = sysconf(_SC_CLK_TCK);
-    if (boot == 0 || hz <= 0) return 0;
-    return (int64_t)boot * 1000 + (int64_t)(start_ticks * 1000 / (unsigned long long)hz);
+    struct timespec boot_now;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot_now) != 0) return 0;
+    int64_t since_boot_ms = (int64_t)boot_now.tv_sec * 1000 + boot_now.tv_nsec / 1000000;
+    int64_t started_ms = (int64_t)(start_ticks * 1000 / (unsigned long long)hz);
+    return cc_wall_ms() - (since_boot_ms - started_ms);
 }
 
 static int cc_build_static_json(const crashcapture_config *config) {

@@ -121,7 +121,8 @@ public enum CrashFileReader {
     private static func nextMagic(in bytes: [UInt8], after offset: Int) -> Int? {
         var index = offset + 1
         while index + 4 <= bytes.count {
-            if bytes[index] == 0x43 && bytes[index + 1] == 0x43 && bytes[index + 2] == 0x52 && bytes[index + 3] == 0x31 {
+            if bytes[index] == 0x43 && bytes[index + 1] == 0x43 && bytes[index + 2] == 0x52 && bytes[index + 3] == 0x31
+            {
                 return index
             }
             index += 1

@@ -30,7 +30,8 @@ import Testing
 
     func check(_ symbols: Set<String>) {
         let forbidden = symbols.subtracting(Self.signalSafe).subtracting(Self.justified)
-        #expect(forbidden.isEmpty, "the crash path calls functions that are not async-signal-safe: \(forbidden.sorted())")
+        #expect(
+            forbidden.isEmpty, "the crash path calls functions that are not async-signal-safe: \(forbidden.sorted())")
         #expect(symbols.contains("fdatasync"), "the symbol list looks wrong: \(symbols.sorted())")
     }
 
@@ -47,7 +48,8 @@ import Testing
         let compile = try run(
             "/usr/bin/cc",
             [
-                "-c", optimization, "-fstack-protector-strong", "-D_GNU_SOURCE", "-I", source + "/include", "-I", source,
+                "-c", optimization, "-fstack-protector-strong", "-D_GNU_SOURCE", "-I", source + "/include", "-I",
+                source,
                 source + "/crash_path.c", "-o", object,
             ])
         try #require(compile.exitCode == 0, "cc failed: \(compile.stderr)")

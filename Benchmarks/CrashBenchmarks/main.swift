@@ -1,0 +1,193 @@
+// crashcap-bench: the figures in the README, measured on this machine. Run through
+// Benchmarks/run.sh, which builds everything in release mode first.
+//
+//   crashcap-bench crash [--runs N]     handler time, whole-process cost, install cost
+import CrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
+
+struct Statistics {
+    let values: [Double]
+    init(_ values: [Double]) { self.values = values.sorted() }
+    func percentile(_ p: Double) -> Double {
+        guard !values.isEmpty else { return .nan }
+        return values[min(values.count - 1, Int((Double(values.count - 1) * p).rounded()))]
+    }
+    var median: Double { percentile(0.5) }
+}
+
+func format(_ value: Double, _ digits: Int = 3) -> String { String(format: "%.\(digits)f", value) }
+
+/// Spawns a program with posix_spawn, waits with waitpid, and returns its wall time in ms and
+/// the signal that ended it. (Foundation's Process polls for the child's end, adding ~50 ms.)
+func timedRun(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> (
+    ms: Double, signal: Int32?
+) {
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "CRASHCAPTURE_DIR")
+    for (key, value) in environment { env[key] = value }
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
+    }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var pid: pid_t = 0
+    let start = DispatchTime.now().uptimeNanoseconds
+    let status = posix_spawn(&pid, path, &actions, nil, argv, envp)
+    guard status == 0 else { throw CrashCaptureError.io("posix_spawn \(path): \(String(cString: strerror(status)))") }
+    var wait: Int32 = 0
+    while waitpid(pid, &wait, 0) < 0 && errno == EINTR {}
+    let ms = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
+    let signaled = (wait & 0x7f) != 0 && (wait & 0x7f) != 0x7f
+    return (ms, signaled ? wait & 0x7f : nil)
+}
+
+func temporaryDirectory() -> String {
+    let path = NSTemporaryDirectory() + "crashcap-bench-\(UUID().uuidString)"
+    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+func crashBenchmarks(runs: Int) throws {
+    // No core files: their cost depends on the machine's core_pattern, not on us.
+    var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+    setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
+    let sample = buildDirectory + "/crash-sample-c"
+    let kind = ["deep-stack-64"]
+    // install() first, on a quiet disk: the crash runs below leave the journal busy.
+
+    // 1. install(): time, resident memory and threads added, measured inside a fresh process each time.
+    var installs: [Double] = []
+    var residentAdded: [Double] = []
+    var threadsAdded = Set<Int>()
+    let installDirectory = temporaryDirectory()
+    for _ in 0..<runs {
+        let output = try Process.output(sample, ["measure-install"], ["CRASHCAPTURE_DIR": installDirectory])
+        guard let json = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else { continue }
+        installs.append(((json["install_ns"] as? NSNumber)?.doubleValue ?? .nan) / 1000)
+        let before = (json["rss_before_kb"] as? NSNumber)?.doubleValue ?? 0
+        let after = (json["rss_after_kb"] as? NSNumber)?.doubleValue ?? 0
+        residentAdded.append(after - before)
+        threadsAdded.insert(
+            ((json["threads_after"] as? NSNumber)?.intValue ?? 0)
+                - ((json["threads_before"] as? NSNumber)?.intValue ?? 0))
+    }
+    let i = Statistics(installs)
+    let r = Statistics(residentAdded)
+    print("## install() (\(runs) fresh processes, directory already initialised)\n")
+    print("| | median | p90 | max |")
+    print("|---|---|---|---|")
+    print("| time (µs) | \(format(i.median, 0)) | \(format(i.percentile(0.9), 0)) | \(format(i.percentile(1), 0)) |")
+    print(
+        "| resident memory added (KiB, incl. the main thread's alt stack pages touched) | \(format(r.median, 0)) | \(format(r.percentile(0.9), 0)) | \(format(r.percentile(1), 0)) |"
+    )
+    print("\nthreads created by install: \(threadsAdded.sorted())\n")
+
+    // 2. Handler time, fault to fdatasync done, as each report records it.
+    var handler: [Double] = []
+    var fdatasync: [Double] = []
+    var publish: [Double] = []
+    var frames: [Int] = []
+    let directory = temporaryDirectory()
+    for _ in 0..<runs {
+        _ = try timedRun(sample, kind, ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasSuffix(".ccr") {
+            let report = try CrashReport(path: directory + "/" + file)
+            if let timing = report.timing {
+                handler.append(Double(timing.handlerNanoseconds) / 1e6)
+                fdatasync.append(Double(timing.fdatasyncNanoseconds) / 1e6)
+                publish.append(Double(timing.publishNanoseconds) / 1e6)
+            }
+            frames.append(report.frames.count)
+            try FileManager.default.removeItem(atPath: directory + "/" + file)
+        }
+    }
+    let h = Statistics(handler)
+    let f = Statistics(fdatasync)
+    let p = Statistics(publish)
+    print("## Handler time (\(runs) crashes, \(Statistics(frames.map(Double.init)).median) frames, ms)\n")
+    print("| | median | p90 | max |")
+    print("|---|---|---|---|")
+    print(
+        "| fault to fdatasync done | \(format(h.median)) | \(format(h.percentile(0.9))) | \(format(h.percentile(1))) |")
+    print("| of which fdatasync | \(format(f.median)) | \(format(f.percentile(0.9))) | \(format(f.percentile(1))) |")
+    print(
+        "| of which naming the file (linkat + fsync dir) | \(format(p.median)) | \(format(p.percentile(0.9))) | \(format(p.percentile(1))) |"
+    )
+    print("\nfdatasync share of the median: \(format(100 * f.median / h.median, 1)) %\n")
+
+    // 3. Whole-process cost: spawn to death, with and without capture, and the Swift runtime's own.
+    let variants: [(String, [String: String], Bool)] = [
+        ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
+        ("CrashCapture", ["SWIFT_BACKTRACE": "enable=no"], true),
+        ("Swift runtime backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], false),
+        ("CrashCapture + Swift backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], true),
+    ]
+    var medians: [String: Double] = [:]
+    print("## Whole-process cost of a crash (\(runs) runs each, ms from spawn to death)\n")
+    print("| variant | median | p90 | died of |")
+    print("|---|---|---|---|")
+    for (name, environment, capture) in variants {
+        var times: [Double] = []
+        var signals = Set<Int32>()
+        let directory = temporaryDirectory()
+        for _ in 0..<runs {
+            var env = environment
+            if capture { env["CRASHCAPTURE_DIR"] = directory }
+            let (ms, signal) = try timedRun(sample, kind, env)
+            times.append(ms)
+            signals.insert(signal ?? 0)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+        let stats = Statistics(times)
+        medians[name] = stats.median
+        print("| \(name) | \(format(stats.median, 2)) | \(format(stats.percentile(0.9), 2)) | \(signals.sorted()) |")
+    }
+    let none = medians["no handler"]!, ours = medians["CrashCapture"]!, swift = medians["Swift runtime backtracer"]!
+    print(
+        "\nCrashCapture / no handler: \(format(ours / none, 2))x; CrashCapture / Swift backtracer: \(format(ours / swift, 2))x\n"
+    )
+
+}
+
+extension Process {
+    static func output(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+let command = arguments.first ?? "crash"
+var runs = 50
+if let index = arguments.firstIndex(of: "--runs"), index + 1 < arguments.count, let value = Int(arguments[index + 1]) {
+    runs = value
+}
+switch command {
+case "crash":
+    try crashBenchmarks(runs: runs)
+default:
+    FileHandle.standardError.write("usage: crashcap-bench crash [--runs N]\n".data(using: .utf8)!)
+    exit(64)
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+/// Turns module + offset into function names, matching each module by GNU build-id so that a
+/// rebuilt binary is never used to name the frames of another build. Images are read once and
+/// cached per path.
+public final class Symbolicator: @unchecked Sendable {
+    public struct Symbol: Sendable, Equatable {
+        public var function: String?
+        public var offsetInFunction: UInt64?
+        public var module: String
+        /// Why there is no function name, when there is none.
+        public var note: String?
+    }
+
+    private var images: [String: Result<ELFImage, CrashCaptureError>] = [:]
+    private let lock = NSLock()
+
+    public init() {}
+
+    func image(at path: String) -> Result<ELFImage, CrashCaptureError> {
+        lock.lock()
+        defer { lock.unlock() }
+        if let cached = images[path] { return cached }
+        let loaded: Result<ELFImage, CrashCaptureError>
+        do {
+            loaded = .success(try ELFImage(path: path))
+        } catch let error as CrashCaptureError {
+            loaded = .failure(error)
+        } catch {
+            loaded = .failure(.io("\(error)"))
+        }
+        images[path] = loaded
+        return loaded
+    }
+
+    /// `isReturnAddress`: every frame but the first holds the address after a call; look one
+    /// byte back so the call's own function is named, not whatever follows it.
+    public func symbolicate(
+        modulePath: String, buildID: String, offset: UInt64, isReturnAddress: Bool
+    ) -> Symbol {
+        let name = (modulePath as NSString).lastPathComponent
+        guard !modulePath.isEmpty, modulePath.hasPrefix("/") else {
+            return Symbol(module: name.isEmpty ? "???" : name, note: "no file for this module")
+        }
+        switch image(at: modulePath) {
+        case .failure(let error):
+            return Symbol(module: name, note: "\(error)")
+        case .success(let image):
+            if !buildID.isEmpty, let fileID = image.buildID, fileID != buildID {
+                return Symbol(module: name, note: "build-id mismatch: the file on disk is another build")
+            }
+            let address = isReturnAddress && offset > 0 ? offset - 1 : offset
+            guard let (symbol, within) = image.symbol(containing: address) else {
+                return Symbol(module: name, note: "no symbol covers this address")
+            }
+            let adjusted = isReturnAddress && offset > 0 ? within + 1 : within
+            return Symbol(function: Demangler.demangle(symbol.name), offsetInFunction: adjusted, module: name)
+        }
+    }
+
+    /// Every frame of a report, named.
+    public func symbolicate(_ report: CrashReport) -> [Symbol] {
+        let modules = report.modules
+        return report.frames.enumerated().map { index, frame in
+            guard let moduleIndex = frame.module, moduleIndex < modules.count, let offset = frame.offset else {
+                return Symbol(module: "???", note: "address outside every known module")
+            }
+            let module = modules[moduleIndex]
+            return symbolicate(
+                modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: index > 0)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+import ArgumentParser
+import CrashCapture
+import Foundation
+
+@main
+struct Crashcap: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "crashcap",
+        abstract: "Capture, check, read and replay crash reports of Linux processes.",
+        version: "0.1.0",
+        subcommands: [Show.self]
+    )
+}
+
+/// Failures with a message for a person and an exit code for a script.
+struct CommandFailure: Error, CustomStringConvertible {
+    let description: String
+    let code: Int32
+    init(_ description: String, code: Int32 = 1) {
+        self.description = description
+        self.code = code
+    }
+}
+
+extension Crashcap {
+    static func fail(_ message: String, code: Int32 = 1) -> ExitCode {
+        FileHandle.standardError.write(Data(("crashcap: " + message + "\n").utf8))
+        return ExitCode(code)
+    }
+}

@@ -1,0 +1,62 @@
+import ArgumentParser
+import CrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension Crashcap {
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print crash reports a person reads at a glance.",
+            discussion: "FILE is a crash file (.ccr); a DIR shows every crash file in it, oldest first.")
+
+        @Argument(help: "A crash file or a directory of them.")
+        var path: String
+
+        @Flag(help: "Print JSON (one object per crash file) instead of text.")
+        var json = false
+
+        @Option(help: "Frames to print per report (0: all).")
+        var frames = 32
+
+        @Flag(help: "Never use colour, even on a terminal.")
+        var noColor = false
+
+        mutating func run() throws {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+                throw Crashcap.fail("no such file or directory: \(path)", code: 66)
+            }
+            let files: [String]
+            if isDirectory.boolValue {
+                let names = try FileManager.default.contentsOfDirectory(atPath: path)
+                files = names.filter { $0.hasSuffix("." + CrashFileFormat.fileExtension) }.sorted().map {
+                    path + "/" + $0
+                }
+                if files.isEmpty {
+                    FileHandle.standardError.write(Data("crashcap: no crash files in \(path)\n".utf8))
+                    return
+                }
+            } else {
+                files = [path]
+            }
+            let symbolicator = Symbolicator()
+            let style = TextStyle(enabled: !noColor && !json && isatty(STDOUT_FILENO) == 1)
+            var damaged = false
+            for file in files {
+                let report = try CrashReport(path: file)
+                damaged = damaged || !report.problems.isEmpty || report.crashed == nil
+                if json {
+                    print(ReportRendering.json(report, symbols: symbolicator.symbolicate(report)))
+                } else {
+                    print(
+                        ReportRendering.text(
+                            report, symbols: symbolicator.symbolicate(report), frames: frames, style: style))
+                }
+            }
+            if damaged { throw ExitCode(65) }
+        }
+    }
+}
