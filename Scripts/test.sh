@@ -5,5 +5,8 @@ set -eu
 cd "$(dirname "$0")/.."
 Scripts/install-dependencies.sh
 swift build
+# The harness also proves the samples built with optimisation (different traps and inlining).
+swift build -c release --product crash-sample-swift
+swift build -c release --product crash-sample-c
 Scripts/build-preload.sh
 swift test "$@"

@@ -1,5 +1,6 @@
 #include <assert.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -32,7 +33,14 @@ NOINLINE void sample_null_write(void) {
 }
 
 NOINLINE void sample_wild_pointer(void) {
-    volatile int *volatile p = (int *)(uintptr_t)0xdead0000beefULL;
+    volatile int *volatile p = (int *)(uintptr_t)0x5ead0000beefULL;  // canonical, unmapped
+    *p = 1;
+}
+
+// Outside the 47-bit user address space: a general protection fault, which the kernel
+// reports as SIGSEGV with si_code SI_KERNEL and no fault address.
+NOINLINE void sample_noncanonical_pointer(void) {
+    volatile int *volatile p = (int *)(uintptr_t)0xdeadbeef0000beefULL;
     *p = 1;
 }
 
@@ -42,15 +50,19 @@ NOINLINE void sample_write_readonly(void) {
     *p = 1;
 }
 
+// The store after each call keeps release builds from making it a tail call, which would
+// (truly) remove the calling frame from the stack.
 NOINLINE void sample_jump_nonexec(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     void (*volatile fn)(void) = (void (*)(void))page;
     fn();
+    sample_sink = 1;
 }
 
 NOINLINE void sample_null_function(void) {
     void (*volatile fn)(void) = NULL;
     fn();
+    sample_sink = 1;
 }
 
 NOINLINE void sample_bus_truncated_mmap(void) {
@@ -70,7 +82,9 @@ NOINLINE void sample_int_divide_by_zero(void) {
 
 NOINLINE void sample_builtin_trap(void) { __builtin_trap(); }
 
-NOINLINE void sample_abort(void) { abort(); }
+NOINLINE void sample_abort(void) {
+    abort();
+}
 
 NOINLINE void sample_assert_fail(void) {
     volatile int answer = 41;
@@ -78,11 +92,15 @@ NOINLINE void sample_assert_fail(void) {
     abort();  // NDEBUG builds still crash
 }
 
-NOINLINE void sample_raise_segv(void) { raise(SIGSEGV); }
+NOINLINE void sample_raise_segv(void) {
+    raise(SIGSEGV);
+    sample_sink = 1;
+}
 
 NOINLINE void sample_sigqueue_segv(void) {
     union sigval value = {.sival_int = 4242};
     sigqueue(getpid(), SIGSEGV, value);
+    sample_sink = 1;
 }
 
 static void *sample_sleeping_thread(void *unused) {
@@ -107,6 +125,18 @@ NOINLINE void sample_crash_in_dlopened_library(void) {
     if (crc == NULL) abort();
     crc(0, (const unsigned char *)(uintptr_t)16, 64);
 }
+
+// The loader's lock is held while dl_iterate_phdr runs its callback: the unwinder (which
+// itself calls dl_iterate_phdr) must not deadlock on it.
+static int sample_crash_in_phdr_callback(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)info;
+    (void)size;
+    (void)data;
+    sample_null_read();
+    return 0;
+}
+
+NOINLINE void sample_crash_holding_loader_lock(void) { dl_iterate_phdr(sample_crash_in_phdr_callback, NULL); }
 
 static pthread_barrier_t sample_crash_barrier;
 
@@ -254,6 +284,7 @@ static const sample_kind sample_kinds[] = {
     {"null-read", sample_null_read},
     {"null-write", sample_null_write},
     {"wild-pointer", sample_wild_pointer},
+    {"noncanonical-pointer", sample_noncanonical_pointer},
     {"write-readonly", sample_write_readonly},
     {"jump-nonexec", sample_jump_nonexec},
     {"null-function", sample_null_function},
@@ -274,13 +305,14 @@ static const sample_kind sample_kinds[] = {
     {"stack-overflow", sample_recurse_forever},
     {"kill-from-outside", sample_wait_for_signal},
     {"deep-stack-64", sample_deep_stack_64},
+    {"loader-lock", sample_crash_holding_loader_lock},
 };
 
 static const char *const sample_c_kinds[] = {
-    "null-read", "null-write", "wild-pointer", "write-readonly", "jump-nonexec", "null-function",
+    "null-read", "null-write", "wild-pointer", "noncanonical-pointer", "write-readonly", "jump-nonexec", "null-function",
     "bus-truncated-mmap", "int-divide-by-zero", "builtin-trap", "abort", "assert", "cxx-runtime-error",
     "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
-    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", NULL,
+    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", "loader-lock", NULL,
 };
 
 const char *sample_c_kind_at(int index) {

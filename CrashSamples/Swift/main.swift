@@ -108,6 +108,14 @@ func fail(_ message: String) -> Never {
 }
 
 var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "--build-config" {
+    #if DEBUG
+        print("debug")
+    #else
+        print("release")
+    #endif
+    exit(0)
+}
 if arguments.first == "--list" {
     print(allKinds().joined(separator: "\n"))
     exit(0)

@@ -404,7 +404,43 @@ enum cc_stage {
 };
 static const char *const cc_stage_names[CC_STAGE_COUNT] = {"unwind", "late_modules", "texts"};
 
+static bool cc_in_module(const cc_module *m, uintptr_t pc) { return pc >= m->start && pc < m->end; }
+
+static bool cc_in_any_module(uintptr_t pc) {
+    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
+    if (map == NULL) return false;
+    for (size_t i = 0; i < map->count; i++)
+        if (cc_in_module(&map->modules[i], pc)) return true;
+    return false;
+}
+
+// A call through a bad function pointer faults at the bad address, where no unwind info
+// exists, and unwinders then skip the caller. The call has just pushed its return address
+// (x86_64: at sp; aarch64: in the link register): put that frame back.
+static void cc_recover_bad_call(const ucontext_t *uc) {
+    if (cc_frame_count == 0 || cc_in_any_module(cc_frames[0])) return;
+#if defined(__x86_64__)
+    uintptr_t caller = *(const uintptr_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    uintptr_t caller = (uintptr_t)uc->uc_mcontext.regs[30];
+#else
+    uintptr_t caller = 0;
+#endif
+    if (!cc_in_any_module(caller) || (cc_frame_count > 1 && cc_frames[1] == caller)) return;
+    size_t count = cc_frame_count < CC_MAX_FRAMES ? cc_frame_count + 1 : CC_MAX_FRAMES;
+    for (size_t i = count - 1; i > 1; i--) cc_frames[i] = cc_frames[i - 1];
+    cc_frames[1] = caller;
+    cc_frame_count = count;
+}
+
+static void cc_walk_stack(ucontext_t *uc);
+
 static void cc_unwind(ucontext_t *uc) {
+    cc_walk_stack(uc);
+    cc_recover_bad_call(uc);
+}
+
+static void cc_walk_stack(ucontext_t *uc) {
     cc_frame_count = 0;
     cc_used_libunwind = 0;
     if (cc_fault_on_purpose) {
@@ -443,7 +479,6 @@ static void cc_unwind(ucontext_t *uc) {
     }
 }
 
-static bool cc_in_module(const cc_module *m, uintptr_t pc) { return pc >= m->start && pc < m->end; }
 
 // Index of the module holding pc in the combined list (install-time map, then late ones).
 static long cc_find_module(const cc_module_map *map, uintptr_t pc, uintptr_t *bias) {

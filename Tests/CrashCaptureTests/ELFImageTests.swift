@@ -35,3 +35,15 @@ import Testing
         #expect(Demangler.demangle("sample_null_read") == "sample_null_read")
     }
 }
+
+@Suite struct DemanglerTests {
+    @Test func demanglesCxxFunctionsAndTypes() {
+        #expect(
+            Demangler.demangle("_ZN12_GLOBAL__N_124throwing_inside_noexceptEv")
+                == "(anonymous namespace)::throwing_inside_noexcept()")
+        #expect(Demangler.demangleCxxType("St13runtime_error") == "std::runtime_error")
+        #expect(
+            Demangler.demangleCxxType("N12_GLOBAL__N_114NotAnExceptionE") == "(anonymous namespace)::NotAnException")
+        #expect(Demangler.demangleCxxType("not a type at all") == "not a type at all")
+    }
+}

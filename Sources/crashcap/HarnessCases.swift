@@ -1,0 +1,220 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One way a Linux process dies, and what a correct capture of it looks like.
+struct HarnessCase: Sendable {
+    enum Program: String, Sendable {
+        case swiftSample = "swift"
+        case cSample = "c"
+        case python = "python3+preload"
+        case plainC = "plain-c+preload"
+    }
+
+    struct Expectation: Sendable {
+        /// nil: the process is expected to live on and exit 0.
+        var signal: Int32?
+        var code: String? = nil
+        /// A substring of the Swift fatal-error message.
+        var message: String? = nil
+        var messageInRelease = false
+        /// A substring of the C++ exception's (mangled) type name.
+        var exception: String? = nil
+        /// A substring of a function name among the first `topFrames` frames.
+        var frame: String? = nil
+        /// A substring of the module path of one of the first `topFrames` frames.
+        var library: String? = nil
+        var topFrames = 8
+        /// What a handler installed before (or after) us must have written.
+        var marker: String? = nil
+        /// A substring of the captured run's stderr (the Swift backtracer's report, say).
+        var stderr: String? = nil
+        var report = true
+        var handlerFaults: [String] = []
+        /// Sent by the harness, with kill(2), once the process prints "ready".
+        var sendSignal: Int32? = nil
+        /// The report comes from a forked child, not from the process we started.
+        var fromChild = false
+        var sentValue: Int? = nil
+    }
+
+    var program: Program
+    var kind: String
+    var context = "main"
+    var chain = "none"
+    var environment: [String: String] = [:]
+    var expect: Expectation
+
+    var name: String {
+        var name = "\(program.rawValue)/\(kind)"
+        if context != "main" { name += "@\(context)" }
+        if chain != "none" { name += "+\(chain)" }
+        if let backtrace = environment["SWIFT_BACKTRACE"], backtrace.hasPrefix("enable=yes") {
+            name += "+swift-backtracer"
+        }
+        if environment["CRASH_SAMPLE_FAULT_IN_HANDLER"] != nil { name += "+fault-in-handler" }
+        return name
+    }
+
+    /// Kinds whose repeated runs measure the capture rate under the most stress.
+    var isStressKind: Bool { kind == "concurrent-8" || kind.hasSuffix("stack-overflow") }
+}
+
+enum HarnessMatrix {
+    static func all() -> [HarnessCase] { swiftCases() + cCases() + chainCases() + preloadCases() }
+
+    static func swiftCases() -> [HarnessCase] {
+        func trap(_ kind: String, _ frame: String, message: String?, inRelease: Bool = false) -> HarnessCase {
+            HarnessCase(
+                program: .swiftSample, kind: kind,
+                expect: .init(
+                    signal: SIGILL, code: "ILL_ILLOPN", message: message, messageInRelease: inRelease, frame: frame))
+        }
+        var cases = [
+            trap(
+                "swift-fatal-error", "crashSwiftFatalError", message: "Fatal error: sample fatal error", inRelease: true
+            ),
+            trap("swift-force-unwrap", "crashSwiftForceUnwrap", message: "Unexpectedly found nil"),
+            trap("swift-array-index", "crashSwiftArrayIndex", message: "Index out of range"),
+            trap("swift-integer-overflow", "crashSwiftIntegerOverflow", message: nil),
+            trap("swift-divide-by-zero", "crashSwiftDivideByZero", message: "Division by zero"),
+            trap("swift-precondition", "crashSwiftPrecondition", message: "sample precondition"),
+            trap("swift-try-bang", "crashSwiftTryBang", message: "'try!' expression unexpectedly raised an error"),
+            HarnessCase(
+                program: .swiftSample, kind: "swift-unowned",
+                expect: .init(
+                    signal: SIGABRT, message: "Attempted to read an unowned reference", frame: "crashSwiftUnowned",
+                    topFrames: 12)),
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read",
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "crashSwiftNullRead")),
+        ]
+        for context in ["main", "pthread", "dispatch", "thread", "task"] {
+            cases.append(
+                HarnessCase(
+                    program: .swiftSample, kind: "swift-stack-overflow", context: context,
+                    expect: .init(signal: SIGSEGV, frame: "crashSwiftRecursion", topFrames: 3)))
+        }
+        for context in ["pthread", "dispatch", "thread", "task"] {
+            cases.append(
+                HarnessCase(
+                    program: .swiftSample, kind: "swift-force-unwrap", context: context,
+                    expect: .init(
+                        signal: SIGILL, code: "ILL_ILLOPN", message: "Unexpectedly found nil",
+                        frame: "crashSwiftForceUnwrap")))
+            cases.append(
+                HarnessCase(
+                    program: .swiftSample, kind: "swift-null-read", context: context,
+                    expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "crashSwiftNullRead")))
+        }
+        // The Swift runtime's backtracer as the previous handler: its report must still print.
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-force-unwrap",
+                environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"],
+                expect: .init(
+                    signal: SIGILL, message: "Unexpectedly found nil", frame: "crashSwiftForceUnwrap",
+                    stderr: "Backtracing from")))
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read", context: "dispatch",
+                environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"],
+                expect: .init(
+                    signal: SIGSEGV, frame: "crashSwiftNullRead", stderr: "*** Program crashed: Bad pointer dereference"
+                )))
+        return cases
+    }
+
+    static func cCases() -> [HarnessCase] {
+        func c(_ kind: String, _ expect: HarnessCase.Expectation, context: String = "main") -> HarnessCase {
+            HarnessCase(program: .cSample, kind: kind, context: context, expect: expect)
+        }
+        return [
+            c("null-read", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            c("null-read", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read"), context: "pthread"),
+            c("null-write", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_write")),
+            c("wild-pointer", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_wild_pointer")),
+            c("noncanonical-pointer", .init(signal: SIGSEGV, code: "SI_KERNEL", frame: "sample_noncanonical_pointer")),
+            c("write-readonly", .init(signal: SIGSEGV, code: "SEGV_ACCERR", frame: "sample_write_readonly")),
+            c("jump-nonexec", .init(signal: SIGSEGV, code: "SEGV_ACCERR", frame: "sample_jump_nonexec", topFrames: 3)),
+            c(
+                "null-function",
+                .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_function", topFrames: 3)),
+            c("bus-truncated-mmap", .init(signal: SIGBUS, code: "BUS_ADRERR", frame: "sample_bus_truncated_mmap")),
+            c("int-divide-by-zero", .init(signal: SIGFPE, code: "FPE_INTDIV", frame: "sample_int_divide_by_zero")),
+            c("builtin-trap", .init(signal: SIGILL, code: "ILL_ILLOPN", frame: "sample_builtin_trap")),
+            c("abort", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_abort")),
+            c("abort", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_abort"), context: "pthread"),
+            c("assert", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_assert_fail")),
+            c(
+                "cxx-runtime-error",
+                .init(
+                    signal: SIGABRT, exception: "St13runtime_error", frame: "sample_throw_runtime_error",
+                    topFrames: 14, stderr: "what():  sample runtime_error")),
+            c(
+                "cxx-non-std",
+                .init(signal: SIGABRT, exception: "NotAnException", frame: "sample_throw_non_std", topFrames: 14)),
+            c(
+                "cxx-noexcept",
+                .init(signal: SIGABRT, exception: "St11logic_error", frame: "throwing_inside_noexcept", topFrames: 14)),
+            c("raise-segv", .init(signal: SIGSEGV, code: "SI_TKILL", frame: "sample_raise_segv")),
+            c(
+                "sigqueue-segv",
+                .init(signal: SIGSEGV, code: "SI_QUEUE", frame: "sample_sigqueue_segv", sentValue: 4242)),
+            c("pthread-kill", .init(signal: SIGSEGV, code: "SI_TKILL")),
+            c("kill-from-outside", .init(signal: SIGSEGV, code: "SI_USER", sendSignal: SIGSEGV)),
+            c("dlopen-library", .init(signal: SIGSEGV, code: "SEGV_MAPERR", library: "libz.so", topFrames: 1)),
+            c("concurrent-8", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            c("fork-child", .init(signal: nil, frame: "sample_null_read", fromChild: true)),
+            c("stack-overflow", .init(signal: SIGSEGV, frame: "sample_recurse_forever", topFrames: 3)),
+            c(
+                "stack-overflow", .init(signal: SIGSEGV, frame: "sample_recurse_forever", topFrames: 3),
+                context: "pthread"),
+            c("heap-corrupt", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            c("malloc-lock", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            c("loader-lock", .init(signal: SIGSEGV, frame: "sample_crash_in_phdr_callback")),
+            HarnessCase(
+                program: .cSample, kind: "null-read", environment: ["CRASH_SAMPLE_FAULT_IN_HANDLER": "1"],
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", topFrames: 1, handlerFaults: ["unwind"])),
+        ]
+    }
+
+    static func chainCases() -> [HarnessCase] {
+        [
+            HarnessCase(
+                program: .cSample, kind: "null-read", chain: "previous-siginfo",
+                expect: .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    marker: "previous-siginfo signo=11 code=1 addr=(nil)")),
+            HarnessCase(
+                program: .cSample, kind: "abort", chain: "previous-plain",
+                expect: .init(signal: SIGABRT, frame: "sample_abort", marker: "previous-plain signo=6")),
+            HarnessCase(
+                program: .cSample, kind: "null-read", chain: "ignore",
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            HarnessCase(
+                program: .cSample, kind: "raise-segv", chain: "ignore", expect: .init(signal: nil, report: false)),
+            HarnessCase(
+                program: .cSample, kind: "null-read", chain: "after-capture",
+                expect: .init(signal: SIGSEGV, frame: "sample_null_read", marker: "after-capture signo=11")),
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read", chain: "previous-siginfo",
+                expect: .init(
+                    signal: SIGSEGV, frame: "crashSwiftNullRead", marker: "previous-siginfo signo=11 code=1 addr=0x10")
+            ),
+        ]
+    }
+
+    static func preloadCases() -> [HarnessCase] {
+        [
+            HarnessCase(
+                program: .python, kind: "ctypes-null-read",
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", library: "_ctypes", topFrames: 4)),
+            HarnessCase(
+                program: .plainC, kind: "null-write",
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "plain_program_crashes", topFrames: 2)),
+        ]
+    }
+}

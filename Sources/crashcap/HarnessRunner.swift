@@ -1,0 +1,296 @@
+import CrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What one case did with capture off and on, and every way the captured run fell short.
+struct HarnessResult: Sendable {
+    var name: String
+    var context: String
+    var baseline: String
+    var captured: String
+    var captureOK: Bool
+    var chained: String
+    var topFrame: String
+    var handlerMilliseconds: Double?
+    var failures: [String]
+    var seconds: Double
+
+    var passed: Bool { failures.isEmpty }
+
+    var json: [String: Any] {
+        var object: [String: Any] = [
+            "case": name, "context": context, "baseline": baseline, "captured": captured, "report_ok": captureOK,
+            "chained": chained, "top_frame": topFrame, "passed": passed, "failures": failures, "seconds": seconds,
+        ]
+        if let handlerMilliseconds { object["handler_ms"] = handlerMilliseconds }
+        return object
+    }
+}
+
+/// Finds the programs a case runs: the samples next to crashcap, the preload library, python3
+/// and a C program compiled on the spot that knows nothing of us.
+struct HarnessEnvironment {
+    var buildDirectory: String
+    var preloadLibrary: String?
+    var plainProgram: String?
+    var plainProgramProblem: String?
+    var swiftBuildConfiguration: String
+    var timeout: Double
+    var baseEnvironment: [String: String]
+
+    static func make(buildDirectory: String?, preload: String?, timeout: Double) throws -> HarnessEnvironment {
+        let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
+        let directory = buildDirectory ?? exe
+        for sample in ["crash-sample-swift", "crash-sample-c"] {
+            guard FileManager.default.isExecutableFile(atPath: directory + "/" + sample) else {
+                throw CommandFailure(
+                    "no \(sample) in \(directory): run `swift build` first, or pass --build-dir", code: 66)
+            }
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "CRASHCAPTURE_DIR")
+        environment.removeValue(forKey: "LD_PRELOAD")
+        environment["SWIFT_BACKTRACE"] = "enable=no"
+        let candidates =
+            [preload, ProcessInfo.processInfo.environment["CRASHCAPTURE_PRELOAD"]].compactMap { $0 }
+            + [directory + "/../lib", directory + "/../../lib", exe + "/../lib", exe + "/../../lib"].map {
+                $0 + "/libCrashCapturePreload.so"
+            }
+        let library = candidates.first { FileManager.default.fileExists(atPath: $0) }.map {
+            URL(fileURLWithPath: $0).standardizedFileURL.path
+        }
+        let configuration = try Subprocess(path: directory + "/crash-sample-swift", arguments: ["--build-config"])
+            .run().stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        var harness = HarnessEnvironment(
+            buildDirectory: directory, preloadLibrary: library, swiftBuildConfiguration: configuration,
+            timeout: timeout, baseEnvironment: environment)
+        harness.compilePlainProgram()
+        return harness
+    }
+
+    /// A program built without any reference to CrashCapture, for the preload case.
+    mutating func compilePlainProgram() {
+        let directory = NSTemporaryDirectory() + "crashcap-plain-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let source = """
+            #include <stdio.h>
+            __attribute__((noinline)) void plain_program_crashes(volatile int *p) { *p = 42; }
+            int main(void) { puts("about to crash"); fflush(stdout); plain_program_crashes(0); return 0; }
+            """
+        do {
+            try source.write(toFile: directory + "/plain.c", atomically: true, encoding: .utf8)
+            guard
+                let cc = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/clang"].first(where: {
+                    FileManager.default.isExecutableFile(atPath: $0)
+                })
+            else {
+                plainProgramProblem = "no C compiler (cc, gcc or clang) to build the plain C program"
+                return
+            }
+            let result = try Subprocess(
+                path: cc, arguments: ["-O0", "-g", "-o", directory + "/plain", directory + "/plain.c"],
+                environment: baseEnvironment
+            ).run()
+            if result.exitCode == 0 {
+                plainProgram = directory + "/plain"
+            } else {
+                plainProgramProblem = "compiling the plain C program failed: \(result.stderr)"
+            }
+        } catch {
+            plainProgramProblem = "\(error)"
+        }
+    }
+}
+
+struct HarnessRunner {
+    let environment: HarnessEnvironment
+
+    /// The command line of a case, or why it cannot run here.
+    func invocation(_ test: HarnessCase, captured: Bool) -> Result<(String, [String], [String: String]), CommandFailure>
+    {
+        var env = environment.baseEnvironment
+        for (key, value) in test.environment { env[key] = value }
+        switch test.program {
+        case .swiftSample, .cSample:
+            let sample = test.program == .swiftSample ? "crash-sample-swift" : "crash-sample-c"
+            if !captured { env.removeValue(forKey: "CRASH_SAMPLE_FAULT_IN_HANDLER") }
+            return .success(
+                (
+                    environment.buildDirectory + "/" + sample,
+                    [test.kind, "--context", test.context, "--chain", test.chain], env
+                ))
+        case .python, .plainC:
+            guard let library = environment.preloadLibrary else {
+                return .failure(CommandFailure("libCrashCapturePreload.so not found: run Scripts/build-preload.sh"))
+            }
+            if captured { env["LD_PRELOAD"] = library }
+            if test.program == .python {
+                return .success(("/usr/bin/env", ["python3", "-c", "import ctypes; ctypes.string_at(0)"], env))
+            }
+            guard let program = environment.plainProgram else {
+                return .failure(CommandFailure(environment.plainProgramProblem ?? "no plain C program"))
+            }
+            return .success((program, [], env))
+        }
+    }
+
+    func execute(_ test: HarnessCase, captured: Bool, directory: String) throws -> Subprocess.Outcome {
+        switch invocation(test, captured: captured) {
+        case .failure(let failure):
+            throw failure
+        case .success(let (path, arguments, base)):
+            var env = base
+            env["CRASH_SAMPLE_MARKER"] = directory + (captured ? "/marker-captured" : "/marker-baseline")
+            if captured { env["CRASHCAPTURE_DIR"] = directory + "/crashes" }
+            var process = Subprocess(path: path, arguments: arguments, environment: env, timeout: environment.timeout)
+            if let signal = test.expect.sendSignal {
+                process.whileRunning = { pid, stdoutPath in
+                    // Wait for the sample to say it is ready (handlers installed), then signal it.
+                    for _ in 0..<5000 {
+                        let text = String(
+                            decoding: FileManager.default.contents(atPath: stdoutPath) ?? Data(), as: UTF8.self)
+                        if text.contains("ready") { break }
+                        usleep(1000)
+                    }
+                    kill(pid, signal)
+                }
+            }
+            return try process.run()
+        }
+    }
+
+    /// Runs the case with capture off, then on, and checks the captured run against both the
+    /// baseline and the expectation.
+    func run(_ test: HarnessCase, repeatCapturedOnly: Bool = false) -> HarnessResult {
+        let started = Date()
+        let directory = NSTemporaryDirectory() + "crashcap-harness-\(UUID().uuidString)"
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var result = HarnessResult(
+            name: test.name, context: test.context, baseline: "-", captured: "-", captureOK: false, chained: "-",
+            topFrame: "-", handlerMilliseconds: nil, failures: [], seconds: 0)
+        do {
+            let expected = test.expect.signal.map(signalName) ?? "exit 0"
+            if !repeatCapturedOnly {
+                let baseline = try execute(test, captured: false, directory: directory)
+                result.baseline = baseline.ending
+                if baseline.ending != expected {
+                    result.failures.append("without capture it ended by \(baseline.ending), expected \(expected)")
+                }
+            }
+            let captured = try execute(test, captured: true, directory: directory)
+            result.captured = captured.ending
+            if captured.timedOut {
+                result.failures.append("hung: killed after \(Int(environment.timeout)) s")
+            } else if captured.ending != expected {
+                result.failures.append("with capture it ended by \(captured.ending), expected \(expected)")
+            } else if !repeatCapturedOnly && captured.ending != result.baseline {
+                result.failures.append(
+                    "capture changed how it ended: \(result.baseline) without, \(captured.ending) with")
+            }
+            if let needle = test.expect.stderr, !captured.stderr.contains(needle) {
+                result.failures.append("stderr lacks \"\(needle)\"")
+            }
+            checkMarker(test, directory: directory, into: &result)
+            checkReport(test, directory: directory + "/crashes", outcome: captured, into: &result)
+        } catch {
+            result.failures.append("\(error)")
+        }
+        result.seconds = Date().timeIntervalSince(started)
+        return result
+    }
+
+    func checkMarker(_ test: HarnessCase, directory: String, into result: inout HarnessResult) {
+        guard let marker = test.expect.marker else { return }
+        let text = (try? String(contentsOfFile: directory + "/marker-captured", encoding: .utf8)) ?? ""
+        if text.hasPrefix(marker) {
+            result.chained = "yes"
+        } else {
+            result.chained = "NO"
+            result.failures.append("the other handler did not run as expected: wanted \"\(marker)\", got \"\(text)\"")
+        }
+    }
+
+    func checkReport(
+        _ test: HarnessCase, directory: String, outcome: Subprocess.Outcome, into result: inout HarnessResult
+    ) {
+        let expect = test.expect
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            $0.hasSuffix(".ccr")
+        }
+        guard expect.report else {
+            if !files.isEmpty {
+                result.failures.append("a report was written, but the signal should have been ignored")
+            }
+            result.captureOK = files.isEmpty
+            return
+        }
+        guard files.count == 1 else {
+            result.failures.append("expected 1 crash file, found \(files.count)")
+            return
+        }
+        guard let report = try? CrashReport(path: directory + "/" + files[0]) else {
+            result.failures.append("crash file unreadable")
+            return
+        }
+        var problems: [String] = report.problems.map { "damaged: \($0)" }
+        if report.crashedEvents.count != 1 { problems.append("\(report.crashedEvents.count) $AppCrashed events") }
+        if report.endEvents.count != 1 { problems.append("\(report.endEvents.count) $AppEnd events") }
+        let expectedSignal = expect.signal.map(signalName) ?? "SIGSEGV"
+        if report.signalName != expectedSignal {
+            problems.append("report says \(report.signalName ?? "nothing"), expected \(expectedSignal)")
+        }
+        if let code = expect.code, report.codeName != code {
+            problems.append("si_code \(report.codeName ?? "none"), expected \(code)")
+        }
+        let wantsMessage = environment.swiftBuildConfiguration == "debug" || expect.messageInRelease
+        if let message = expect.message, wantsMessage, report.swiftMessage?.contains(message) != true {
+            problems.append("Swift message \"\(report.swiftMessage ?? "")\" lacks \"\(message)\"")
+        }
+        if let exception = expect.exception, report.exceptionType?.contains(exception) != true {
+            problems.append("exception type \(report.exceptionType ?? "none"), expected \(exception)")
+        }
+        if report.handlerFaults != expect.handlerFaults {
+            problems.append("handler faults \(report.handlerFaults), expected \(expect.handlerFaults)")
+        }
+        if let value = expect.sentValue, (report.properties["crash_signal_value"] as? NSNumber)?.intValue != value {
+            problems.append("sigqueue value not recorded")
+        }
+        if expect.sendSignal != nil, (report.properties["crash_sender_pid"] as? NSNumber)?.int32Value != getpid() {
+            problems.append("sender pid not recorded as the harness's")
+        }
+        if expect.fromChild, let pid = report.session?["pid"] as? Int,
+            outcome.stdout.contains("child-pid \(pid) ") == false
+        {
+            problems.append("report is not the forked child's (pid \(pid)): \(outcome.stdout)")
+        }
+        let symbols = Symbolicator().symbolicate(report)
+        let top = Array(symbols.prefix(expect.topFrames))
+        let modulePaths = report.frames.prefix(expect.topFrames).map { frame in
+            frame.module.flatMap { $0 < report.modules.count ? report.modules[$0].path : nil } ?? ""
+        }
+        result.topFrame =
+            top.first { $0.function != nil }.map { "\($0.function!.prefix(48))" } ?? top.first?.module ?? "-"
+        if let frame = expect.frame {
+            if let hit = top.first(where: { $0.function?.contains(frame) == true }) {
+                result.topFrame = String(hit.function!.prefix(48))
+            } else {
+                problems.append(
+                    "\(frame) is not among the top \(expect.topFrames) frames: \(top.map { $0.function ?? $0.module })")
+            }
+        }
+        if let library = expect.library {
+            if let path = modulePaths.first(where: { $0.contains(library) }) {
+                result.topFrame = (path as NSString).lastPathComponent
+            } else {
+                problems.append("no frame in \(library) among the top \(expect.topFrames): \(modulePaths)")
+            }
+        }
+        result.handlerMilliseconds = report.timing.map { Double($0.handlerNanoseconds) / 1e6 }
+        result.captureOK = problems.isEmpty
+        result.failures += problems
+    }
+}
