@@ -19,9 +19,11 @@ let package = Package(
             exclude: ["preload"],
             cSettings: [.define("_GNU_SOURCE")]
         ),
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
         .target(
             name: "CrashCapture",
-            dependencies: ["CCrashCapture"]
+            dependencies: ["CCrashCapture", "CSQLite", "CZlib"]
         ),
         .executableTarget(
             name: "crashcap",

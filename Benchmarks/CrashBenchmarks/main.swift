@@ -42,9 +42,19 @@ func timedRun(_ path: String, _ arguments: [String], _ environment: [String: Str
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    var all = sigset_t()
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &empty)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     var pid: pid_t = 0
     let start = DispatchTime.now().uptimeNanoseconds
-    let status = posix_spawn(&pid, path, &actions, nil, argv, envp)
+    let status = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
     guard status == 0 else { throw CrashCaptureError.io("posix_spawn \(path): \(String(cString: strerror(status)))") }
     var wait: Int32 = 0
     while waitpid(pid, &wait, 0) < 0 && errno == EINTR {}

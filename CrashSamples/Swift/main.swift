@@ -59,6 +59,41 @@ struct SampleError: Error {}
     return pad.0 + pad.7
 }
 
+/// Pipeline kinds: N events tracked, then an ending. They exercise the event store, the
+/// lifecycle events and the uploader in a real process.
+func runPipelineKind(_ kind: String, count: Int) -> Bool {
+    func trackAll() {
+        for index in 0..<count {
+            try! CrashCapture.track("sample_event", properties: ["index": .int(index), "kind": .string(kind)])
+        }
+    }
+    switch kind {
+    case "pipeline-track":
+        trackAll()
+    case "pipeline-stream":
+        // Slowly enough that uploads happen while events are still being tracked.
+        for index in 0..<count {
+            try! CrashCapture.track("sample_event", properties: ["index": .int(index)])
+            if index % 50 == 49 { usleep(2000) }
+        }
+    case "pipeline-wait":
+        trackAll()
+        CrashCapture.flush(timeout: 5)
+        FileHandle.standardOutput.write(Data("ready\n".utf8))
+        while true { sleep(10) }
+    case "pipeline-crash":
+        trackAll()
+        CrashCapture.flush(timeout: 5)
+        _ = crashSwiftNullRead()
+    case "pipeline-login":
+        try! CrashCapture.login("user-42")
+        trackAll()
+    default:
+        return false
+    }
+    return true
+}
+
 let swiftKindNames = [
     "swift-fatal-error", "swift-force-unwrap", "swift-array-index", "swift-integer-overflow", "swift-divide-by-zero",
     "swift-precondition", "swift-try-bang", "swift-unowned", "swift-null-read", "swift-stack-overflow",
@@ -82,7 +117,8 @@ func runSwiftKind(_ name: String) -> Bool {
 }
 
 func allKinds() -> [String] {
-    var names = swiftKindNames
+    var names =
+        swiftKindNames + ["pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login"]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
         names.append(String(cString: name))
@@ -146,18 +182,32 @@ case "after-capture": break
 default: fail("unknown chain \(chain): none, previous-siginfo, previous-plain, ignore, after-capture")
 }
 
-if let directory = ProcessInfo.processInfo.environment["CRASHCAPTURE_DIR"] {
+let environment = ProcessInfo.processInfo.environment
+if let directory = environment["CRASHCAPTURE_DIR"] {
+    var upload = UploadOptions()
+    // Tests shorten the retry and exit delays; the defaults are the product's.
+    if let base = environment["CRASH_SAMPLE_RETRY_BASE"].flatMap(Double.init) { upload.retryBaseDelay = base }
+    if let exit = environment["CRASH_SAMPLE_EXIT_FLUSH"].flatMap(Double.init) { upload.exitFlushTimeout = exit }
+    if let timeout = environment["CRASH_SAMPLE_REQUEST_TIMEOUT"].flatMap(Double.init) {
+        upload.requestTimeout = timeout
+    }
     do {
         try CrashCapture.install(
             .init(
                 directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
-                staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)]))
+                staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
+                upload: upload))
     } catch {
         fail("crash capture not installed: \(error)")
     }
 }
 if chain == "after-capture" { chainedSignals.forEach { sample_install_handler_after_capture($0) } }
 let sampleKind = kind
+if kind.hasPrefix("pipeline-") {
+    let count = Int(environment["CRASH_SAMPLE_EVENTS"] ?? "10") ?? 10
+    _ = runPipelineKind(kind, count: count)
+    exit(0)
+}
 switch context {
 case "main":
     run(kind)

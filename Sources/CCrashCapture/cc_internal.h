@@ -78,6 +78,10 @@ typedef struct cc_state {
     char proc_fd_path[64];
     char session_id[33];
     char distinct_id[256];
+    // After a login the id changes while a crash may be reading it: the new one is written
+    // to the other slot, then published with one atomic store.
+    char distinct_id_slots[2][256];
+    _Atomic(const char *) current_distinct_id;
     int64_t start_wall_ms;
     int64_t start_mono_ns;
 

@@ -614,7 +614,8 @@ static void cc_append_event_head(cc_buf *b, const char *event, const char *id_su
     cc_buf_append_str(b, "\",\"time\":");
     cc_buf_append_i64(b, time_ms);
     cc_buf_append_str(b, ",\"distinct_id\":");
-    cc_buf_append_json_string(b, cc_global.distinct_id, sizeof(cc_global.distinct_id));
+    const char *distinct_id = atomic_load_explicit(&cc_global.current_distinct_id, memory_order_acquire);
+    cc_buf_append_json_string(b, distinct_id != NULL ? distinct_id : cc_global.distinct_id, sizeof(cc_global.distinct_id));
     cc_buf_append_str(b, ",\"event_id\":\"");
     cc_buf_append_str(b, cc_global.session_id);
     cc_buf_append_str(b, id_suffix);
@@ -898,9 +899,13 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     if (crashed == 0) crashed = cc_build_minimal_event(out + CC_RECORD_HEADER_SIZE, cap / 2, &c);
     cc_frame_in_place(out, CC_RECORD_EVENT, crashed);
     size_t total = CC_RECORD_HEADER_SIZE + crashed;
-    size_t end = cc_build_end_event(out + total + CC_RECORD_HEADER_SIZE, cap - total - CC_RECORD_HEADER_SIZE, &c);
-    cc_frame_in_place(out + total, CC_RECORD_EVENT, end);
-    total += CC_RECORD_HEADER_SIZE + end;
+    // A session already ended normally ($AppEnd tracked, then a crash in an atexit handler)
+    // must not get a second $AppEnd.
+    if (!atomic_load(&cc_global.session_ended)) {
+        size_t end = cc_build_end_event(out + total + CC_RECORD_HEADER_SIZE, cap - total - CC_RECORD_HEADER_SIZE, &c);
+        cc_frame_in_place(out + total, CC_RECORD_EVENT, end);
+        total += CC_RECORD_HEADER_SIZE + end;
+    }
 
     int fd = cc_crash_fd();
     if (fd < 0) return;

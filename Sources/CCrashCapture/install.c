@@ -25,6 +25,8 @@ static bool cc_hooks_registered;
 static char cc_app_name[256];
 static char cc_app_version[256];
 
+static bool cc_valid_distinct_id(const char *id, size_t len);
+
 static int cc_fail(const char *format, ...) {
     va_list args;
     va_start(args, format);
@@ -46,7 +48,20 @@ const char *crashcapture_session_id(void) {
 }
 
 const char *crashcapture_distinct_id(void) {
-    return atomic_load(&cc_global.installed) ? cc_global.distinct_id : NULL;
+    if (!atomic_load(&cc_global.installed)) return NULL;
+    const char *current = atomic_load(&cc_global.current_distinct_id);
+    return current != NULL ? current : cc_global.distinct_id;
+}
+
+int crashcapture_set_distinct_id(const char *distinct_id) {
+    if (distinct_id == NULL || !cc_valid_distinct_id(distinct_id, strlen(distinct_id))) return -1;
+    pthread_mutex_lock(&cc_install_lock);
+    const char *current = atomic_load(&cc_global.current_distinct_id);
+    char *slot = current == cc_global.distinct_id_slots[0] ? cc_global.distinct_id_slots[1] : cc_global.distinct_id_slots[0];
+    snprintf(slot, sizeof(cc_global.distinct_id_slots[0]), "%s", distinct_id);
+    atomic_store(&cc_global.current_distinct_id, slot);
+    pthread_mutex_unlock(&cc_install_lock);
+    return 0;
 }
 
 int64_t crashcapture_start_wall_ms(void) { return cc_global.start_wall_ms; }

@@ -1,4 +1,9 @@
 import CCrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Crash capture for this process: install once, early.
 ///
@@ -17,10 +22,22 @@ public enum CrashCapture {
         public var staticProperties: [String: PropertyValue]
         /// Disk space reserved at install for the crash report; 0 for the default (256 KiB).
         public var reservedBytes: Int
+        /// Where events are sent. `CRASHCAPTURE_SERVER_URL` in the environment wins over this;
+        /// with neither, events stay in the store.
+        public var serverURL: URL?
+        public var upload: UploadOptions
+        /// The cap on cached events; the oldest are dropped (and counted) beyond it.
+        public var storeLimits: EventStore.Limits
+        /// nil: `<directory>/events.sqlite`.
+        public var eventStorePath: String?
+        /// $AppStart at install and $AppEnd at exit, SIGTERM and SIGINT.
+        public var trackLifecycle: Bool
 
         public init(
             directory: String, appName: String, appVersion: String, distinctID: String? = nil,
-            staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0
+            staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
+            upload: UploadOptions = UploadOptions(), storeLimits: EventStore.Limits = EventStore.Limits(),
+            eventStorePath: String? = nil, trackLifecycle: Bool = true
         ) {
             self.directory = directory
             self.appName = appName
@@ -28,11 +45,32 @@ public enum CrashCapture {
             self.distinctID = distinctID
             self.staticProperties = staticProperties
             self.reservedBytes = reservedBytes
+            self.serverURL = serverURL
+            self.upload = upload
+            self.storeLimits = storeLimits
+            self.eventStorePath = eventStorePath
+            self.trackLifecycle = trackLifecycle
         }
     }
 
-    /// Installs the crash handlers. A second call while installed does nothing.
+    public static let version = CRASHCAPTURE_VERSION
+
+    /// Installs the crash handlers, opens the event store, tracks $AppStart and starts the
+    /// uploader. A second call while installed does nothing.
     public static func install(_ configuration: Configuration) throws {
+        try state.withLock {
+            if state.pipeline != nil && isInstalled { return }
+            try installCrashPath(configuration)
+            do {
+                state.pipeline = try makePipeline(configuration)
+            } catch {
+                crashcapture_uninstall()
+                throw error
+            }
+        }
+    }
+
+    static func installCrashPath(_ configuration: Configuration) throws {
         try PropertyRules.validate(configuration.staticProperties)
         guard configuration.reservedBytes >= 0 else {
             throw CrashCaptureError.invalidArgument("reservedBytes must not be negative")
@@ -62,10 +100,66 @@ public enum CrashCapture {
     }
 
     /// Restores the handlers that were there before, unless someone replaced ours since, and
-    /// removes this session's crash file.
+    /// removes this session's crash file. Events already tracked are written to the store first.
     public static func uninstall() {
-        crashcapture_uninstall()
+        state.withLock {
+            state.pipeline?.flushToStore()
+            state.pipeline = nil
+            crashcapture_uninstall()
+        }
     }
+
+    /// Tracks one of the app's own events. Names and keys: `[A-Za-z_][A-Za-z0-9_]*`, at most 100
+    /// bytes, no `$` prefix (reserved for presets), no reserved name; text values at most 8191
+    /// bytes. Never blocks on disk or network: the event is written by a background writer.
+    public static func track(_ event: String, properties: [String: PropertyValue] = [:]) throws {
+        try PropertyRules.validateName(event, kind: "event name")
+        try PropertyRules.validate(properties)
+        guard let pipeline = state.current else {
+            throw CrashCaptureError.invalidArgument("CrashCapture is not installed")
+        }
+        pipeline.enqueue(
+            PendingEvent(name: event, properties: properties, timeMilliseconds: wallMilliseconds(), method: "code"))
+    }
+
+    /// From now on events (crash reports included) carry this id as distinct_id; a `$SignUp`
+    /// event links it to the anonymous id. Kept across restarts until `logout()`.
+    public static func login(_ loginID: String) throws {
+        guard let pipeline = state.current, let directory = state.directory else {
+            throw CrashCaptureError.invalidArgument("CrashCapture is not installed")
+        }
+        let anonymous = state.anonymousID ?? ""
+        guard loginID != pipeline.currentLoginID else { return }
+        guard crashcapture_set_distinct_id(loginID) == 0 else {
+            throw CrashCaptureError.invalidArgument(
+                "login id must be 1 to 255 printable bytes without quotes or backslashes")
+        }
+        pipeline.setLoginID(loginID)
+        try? Data(loginID.utf8).write(to: URL(fileURLWithPath: directory + "/login_id"), options: .atomic)
+        pipeline.enqueue(
+            PendingEvent(
+                name: "$SignUp", properties: [:], timeMilliseconds: wallMilliseconds(), method: "code",
+                extra: "\"$original_id\":" + JSONText.quoted(anonymous)))
+    }
+
+    /// Back to the anonymous distinct id.
+    public static func logout() {
+        guard let pipeline = state.current, let directory = state.directory else { return }
+        pipeline.setLoginID(nil)
+        if let anonymous = state.anonymousID { _ = crashcapture_set_distinct_id(anonymous) }
+        try? FileManager.default.removeItem(atPath: directory + "/login_id")
+    }
+
+    /// Writes every tracked event to the store and, if an endpoint is set, uploads what is cached.
+    public static func flush(timeout: Double = 10) {
+        guard let pipeline = state.current else { return }
+        pipeline.flushToStore()
+        pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
+    }
+
+    /// The event store of the installed session (for inspection and tests).
+    public static var eventStore: EventStore? { state.current?.store }
+    public static var uploader: Uploader? { state.current?.uploader }
 
     public static var isInstalled: Bool { crashcapture_is_installed() != 0 }
 
@@ -87,6 +181,107 @@ public enum CrashCapture {
     public static var distinctID: String? { crashcapture_distinct_id().map { String(cString: $0) } }
     /// Whether stacks come from libunwind; without it they are walked through frame pointers.
     public static var hasLibunwind: Bool { crashcapture_has_libunwind() != 0 }
+}
+
+extension CrashCapture {
+    /// Process-wide state behind one lock.
+    final class State: @unchecked Sendable {
+        private let lock = NSRecursiveLock()
+        var pipeline: EventPipeline?
+        var directory: String?
+        var anonymousID: String?
+        var terminationSource: DispatchSourceRead?
+
+        func withLock<T>(_ body: () throws -> T) rethrows -> T {
+            lock.lock()
+            defer { lock.unlock() }
+            return try body()
+        }
+
+        var current: EventPipeline? { withLock { pipeline } }
+    }
+
+    static let state = State()
+
+    static func wallMilliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    static func monotonicNanoseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
+    static func makePipeline(_ configuration: Configuration) throws -> EventPipeline {
+        let directory = configuration.directory
+        let store = try EventStore(
+            path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits)
+        if let moved = store.movedAside {
+            FileHandle.standardError.write(
+                Data("CrashCapture: the event store was \(moved.reason); it was moved to \(moved.path)\n".utf8))
+        }
+        var endpoint = configuration.serverURL
+        if let fromEnvironment = ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
+            !fromEnvironment.isEmpty
+        {
+            guard let url = URL(string: fromEnvironment) else {
+                throw CrashCaptureError.invalidArgument("CRASHCAPTURE_SERVER_URL is not a URL: \(fromEnvironment)")
+            }
+            endpoint = url
+        }
+        let uploader = try endpoint.map { try Uploader(endpoint: $0, store: store, options: configuration.upload) }
+        let identity = EventPipeline.Identity(
+            sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,
+            staticProperties: String(cString: crashcapture_static_properties_json()))
+        let pipeline = EventPipeline(store: store, identity: identity, uploader: uploader)
+        state.directory = directory
+        state.anonymousID = String(cString: crashcapture_distinct_id())
+        if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
+            crashcapture_set_distinct_id(saved) == 0
+        {
+            pipeline.setLoginID(saved)
+        }
+        if configuration.trackLifecycle {
+            pipeline.enqueue(
+                PendingEvent(
+                    name: "$AppStart", properties: [:], timeMilliseconds: crashcapture_start_wall_ms(),
+                    method: "autoTrack", eventID: identity.sessionID + "-start",
+                    extra: "\"$resume_from_background\":false"))
+            registerLifecycleHooks(exitFlushTimeout: configuration.upload.exitFlushTimeout)
+        }
+        uploader?.start()
+        uploader?.requestFlush()
+        return pipeline
+    }
+
+    private static let hooksRegistered = Box(false)
+
+    static func registerLifecycleHooks(exitFlushTimeout: Double) {
+        exitTimeout.value = exitFlushTimeout
+        if !hooksRegistered.value {
+            hooksRegistered.value = true
+            atexit {
+                CrashCapture.state.current?.end(reason: "exit", uploadDeadline: CrashCapture.exitTimeout.value)
+            }
+        }
+        let fd = crashcapture_watch_termination()
+        guard fd >= 0, state.terminationSource == nil else { return }
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue.global())
+        source.setEventHandler {
+            var signal: UInt8 = 0
+            guard read(fd, &signal, 1) == 1 else { return }
+            let name = signal == UInt8(SIGTERM) ? "SIGTERM" : "SIGINT"
+            CrashCapture.state.current?.end(reason: name, uploadDeadline: CrashCapture.exitTimeout.value)
+            crashcapture_finish_termination(Int32(signal))
+        }
+        source.resume()
+        state.terminationSource = source
+    }
+
+    static let exitTimeout = Box(2.0)
 }
 
 private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {

@@ -32,50 +32,123 @@ struct RunResult {
     var timedOut: Bool
 }
 
+/// A child process started with posix_spawn: no signal blocked, default dispositions, output in
+/// files. (Foundation's Process would pass on the signal mask of the Dispatch thread a test
+/// runs on, and a crash sample must die the way it does when a person starts it.)
+final class Child {
+    let pid: pid_t
+    let outputDirectory: String
+    private(set) var status: Int32?
+    let started = Date()
+
+    init(
+        _ path: String, _ arguments: [String] = [], environment: [String: String] = [:], inheritEnvironment: Bool = true
+    )
+        throws
+    {
+        var env = inheritEnvironment ? ProcessInfo.processInfo.environment : [:]
+        // A crash test must see the crash it asked for, not one inherited from the test runner.
+        env.removeValue(forKey: "CRASHCAPTURE_DIR")
+        env.removeValue(forKey: "LD_PRELOAD")
+        env.removeValue(forKey: "CRASHCAPTURE_SERVER_URL")
+        for (key, value) in environment { env[key] = value }
+        outputDirectory = makeTemporaryDirectory("output")
+        let argv = ([path] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputDirectory + "/stdout", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, outputDirectory + "/stderr", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var child: pid_t = 0
+        let result = posix_spawn(&child, path, &actions, &attributes, argv, envp)
+        guard result == 0 else { throw TestFailure("cannot start \(path): \(String(cString: strerror(result)))") }
+        pid = child
+    }
+
+    deinit {
+        if status == nil {
+            kill(pid, SIGKILL)
+            _ = wait(timeout: 10)
+        }
+        try? FileManager.default.removeItem(atPath: outputDirectory)
+    }
+
+    var stdout: String {
+        String(decoding: FileManager.default.contents(atPath: outputDirectory + "/stdout") ?? Data(), as: UTF8.self)
+    }
+    var stderr: String {
+        String(decoding: FileManager.default.contents(atPath: outputDirectory + "/stderr") ?? Data(), as: UTF8.self)
+    }
+
+    /// Waits for the end; false on timeout.
+    func wait(timeout: Double) -> Bool {
+        if status != nil { return true }
+        let deadline = Date().addingTimeInterval(timeout)
+        var raw: Int32 = 0
+        while Date() < deadline {
+            let done = waitpid(pid, &raw, WNOHANG)
+            if done == pid {
+                status = raw
+                return true
+            }
+            if done < 0 && errno != EINTR { return false }
+            usleep(1000)
+        }
+        return false
+    }
+
+    /// Waits until stdout contains `text`; false on timeout.
+    func waitForOutput(_ text: String, timeout: Double = 20) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if stdout.contains(text) { return true }
+            usleep(2000)
+        }
+        return false
+    }
+
+    var signal: Int32? {
+        guard let status, status & 0x7f != 0, status & 0x7f != 0x7f else { return nil }
+        return status & 0x7f
+    }
+
+    var exitCode: Int32? {
+        guard let status, status & 0x7f == 0 else { return nil }
+        return (status >> 8) & 0xff
+    }
+}
+
 /// Runs a program to its end (or kills it after `timeout` seconds) and says how it ended.
 func run(
     _ path: String, _ arguments: [String] = [], environment: [String: String] = [:], timeout: Double = 60,
     inheritEnvironment: Bool = true
 ) throws -> RunResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    var env = inheritEnvironment ? ProcessInfo.processInfo.environment : [:]
-    // A crash test must see the crash it asked for, not one inherited from the test runner.
-    env.removeValue(forKey: "CRASHCAPTURE_DIR")
-    env.removeValue(forKey: "LD_PRELOAD")
-    for (key, value) in environment { env[key] = value }
-    process.environment = env
-    // Files, not pipes: a crashing child's output must never block on a full pipe.
-    let outputDirectory = makeTemporaryDirectory("output")
-    defer { try? FileManager.default.removeItem(atPath: outputDirectory) }
-    FileManager.default.createFile(atPath: outputDirectory + "/stdout", contents: nil)
-    FileManager.default.createFile(atPath: outputDirectory + "/stderr", contents: nil)
-    let stdoutHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: outputDirectory + "/stdout"))
-    let stderrHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: outputDirectory + "/stderr"))
-    process.standardOutput = stdoutHandle
-    process.standardError = stderrHandle
-    process.standardInput = FileHandle.nullDevice
-    let finished = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in finished.signal() }
-    let start = Date()
-    try process.run()
+    let child = try Child(path, arguments, environment: environment, inheritEnvironment: inheritEnvironment)
     var timedOut = false
-    if finished.wait(timeout: .now() + timeout) == .timedOut {
+    if !child.wait(timeout: timeout) {
         timedOut = true
-        kill(process.processIdentifier, SIGKILL)
-        finished.wait()
+        kill(child.pid, SIGKILL)
+        _ = child.wait(timeout: 10)
     }
-    try? stdoutHandle.close()
-    try? stderrHandle.close()
-    let stdoutData = FileManager.default.contents(atPath: outputDirectory + "/stdout") ?? Data()
-    let stderrData = FileManager.default.contents(atPath: outputDirectory + "/stderr") ?? Data()
-    let seconds = Date().timeIntervalSince(start)
-    let signaled = process.terminationReason == .uncaughtSignal
     return RunResult(
-        signal: signaled ? process.terminationStatus : nil, exitCode: signaled ? nil : process.terminationStatus,
-        stdout: String(decoding: stdoutData, as: UTF8.self), stderr: String(decoding: stderrData, as: UTF8.self),
-        seconds: seconds, timedOut: timedOut)
+        signal: child.signal, exitCode: child.exitCode, stdout: child.stdout, stderr: child.stderr,
+        seconds: Date().timeIntervalSince(child.started), timedOut: timedOut)
 }
 
 func makeTemporaryDirectory(_ label: String = "cc") -> String {
@@ -97,25 +170,7 @@ func reports(in directory: String) throws -> [CrashReport] {
 
 /// Names of the first `count` frames, resolved with each module's own symbol table.
 func frameNames(_ report: CrashReport, count: Int = 12) -> [String] {
-    let modules = report.modules
-    var images: [String: ELFImage] = [:]
-    var names: [String] = []
-    for (index, frame) in report.frames.prefix(count).enumerated() {
-        guard let moduleIndex = frame.module, moduleIndex < modules.count, let offset = frame.offset else {
-            names.append("?")
-            continue
-        }
-        let path = modules[moduleIndex].path
-        if images[path] == nil { images[path] = try? ELFImage(path: path) }
-        // Return addresses point after the call; step back into it for all but the first frame.
-        let address = index == 0 ? offset : offset - 1
-        if let (symbol, _) = images[path]?.symbol(containing: address) {
-            names.append(Demangler.demangle(symbol.name))
-        } else {
-            names.append((path as NSString).lastPathComponent)
-        }
-    }
-    return names
+    Symbolicator().symbolicate(report).prefix(count).map { $0.function ?? $0.module }
 }
 
 /// The checks every captured crash must pass: one valid $AppCrashed, exactly one $AppEnd,

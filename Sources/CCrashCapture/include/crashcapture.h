@@ -98,6 +98,16 @@ CRASHCAPTURE_API int crashcapture_has_libunwind(void);
 /// exit(); a later crash of this process (from an atexit handler) is still captured.
 CRASHCAPTURE_API void crashcapture_end_session(void);
 
+/// Replaces the C-level distinct id (after a login), so crash reports carry it too.
+/// Returns 0, or -1 when the id is not 1 to 255 printable bytes without quotes or backslashes.
+CRASHCAPTURE_API int crashcapture_set_distinct_id(const char *distinct_id);
+
+/// For SIGTERM and SIGINT still at their default action: install a handler that writes the
+/// signal number to a pipe and returns the pipe's read end (or -1). The caller records the
+/// session's end, then calls crashcapture_finish_termination(signo) to die by that signal.
+CRASHCAPTURE_API int crashcapture_watch_termination(void);
+CRASHCAPTURE_API void crashcapture_finish_termination(int signo);
+
 /// Test hook: when set to 1, the next crash report faults inside the handler on purpose,
 /// to prove that a fault in our own handler still leaves a minimal record and re-raises.
 CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int enabled);

@@ -1,0 +1,313 @@
+import CSQLite
+import Foundation
+
+/// The on-disk event cache: one SQLite database (WAL) holding events in the order they
+/// happened, each under a unique event id, so any import or upload retried after an
+/// interruption neither duplicates nor loses an event.
+///
+/// Thread-safe: every operation holds one lock around the single connection.
+public final class EventStore: @unchecked Sendable {
+    public struct Limits: Sendable {
+        public var maximumEvents: Int
+        public var maximumBytes: Int
+        public init(maximumEvents: Int = 100_000, maximumBytes: Int = 64 << 20) {
+            self.maximumEvents = maximumEvents
+            self.maximumBytes = maximumBytes
+        }
+    }
+
+    public struct Event: Sendable, Equatable {
+        public let sequence: Int64
+        public let eventID: String
+        public let payload: String
+    }
+
+    /// Rows handed to one upload attempt; they stay in the store until `complete`.
+    public struct Batch: Sendable {
+        public let token: Int64
+        public let events: [Event]
+    }
+
+    public struct InsertResult: Sendable, Equatable {
+        public var inserted = 0
+        public var duplicates = 0
+        public var dropped = 0
+    }
+
+    /// Application id in the SQLite header ("CCAP"): tells our database from someone else's.
+    static let applicationID: Int64 = 0x4343_4150
+    static let schemaVersion: Int64 = 1
+
+    public let path: String
+    public let limits: Limits
+    /// Set when the file found at `path` was damaged or not ours and was renamed, not deleted.
+    public private(set) var movedAside: (path: String, reason: String)?
+
+    private let connection: SQLiteConnection
+    private let lock = NSLock()
+    private var eventCount = 0
+    private var eventBytes = 0
+    private var nextToken: Int64 = 1
+    private var insertStatement: SQLiteStatement!
+    private var rememberStatement: SQLiteStatement!
+    private var seenStatement: SQLiteStatement!
+
+    public init(path: String, limits: Limits = Limits()) throws {
+        guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
+            throw CrashCaptureError.invalidArgument("event store limits must be positive")
+        }
+        self.path = path
+        self.limits = limits
+        var moved: (path: String, reason: String)?
+        var opened: SQLiteConnection
+        do {
+            opened = try Self.openChecked(path)
+        } catch let problem as StoreProblem {
+            let aside = try Self.moveAside(path)
+            moved = (aside, problem.reason)
+            opened = try Self.openChecked(path)
+        }
+        connection = opened
+        movedAside = moved
+        try prepareStatements()
+        eventCount = Int(try connection.scalarInt("SELECT COUNT(*) FROM events"))
+        eventBytes = Int(try connection.scalarInt("SELECT COALESCE(SUM(bytes), 0) FROM events"))
+        // Rows a dead process was uploading go back in line; the collector de-duplicates.
+        try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight != 0")
+    }
+
+    private struct StoreProblem: Error {
+        let reason: String
+    }
+
+    private static func openChecked(_ path: String) throws -> SQLiteConnection {
+        let connection: SQLiteConnection
+        do {
+            connection = try SQLiteConnection(path: path)
+            let application = try connection.scalarInt("PRAGMA application_id")
+            let tables = try connection.scalarInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+            if application != applicationID && tables > 0 {
+                throw StoreProblem(reason: "not a CrashCapture event store (application id \(application))")
+            }
+            let check = try connection.scalarText("PRAGMA quick_check(1)")
+            if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
+            _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
+            try connection.execute("PRAGMA synchronous = NORMAL")
+            try connection.execute(
+                """
+                PRAGMA application_id = \(applicationID);
+                CREATE TABLE IF NOT EXISTS events(
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    event_id TEXT NOT NULL UNIQUE,
+                    payload TEXT NOT NULL,
+                    bytes INTEGER NOT NULL,
+                    in_flight INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE IF NOT EXISTS rejected_events(
+                    event_id TEXT PRIMARY KEY,
+                    payload TEXT NOT NULL,
+                    status INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    rejected_ms INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS imported_ids(event_id TEXT PRIMARY KEY) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
+                """)
+        } catch let error as SQLiteError where error.isCorruption {
+            throw StoreProblem(reason: "not a SQLite database or damaged (\(error.message))")
+        }
+        return connection
+    }
+
+    private static func moveAside(_ path: String) throws -> String {
+        let stamp = Int64(Date().timeIntervalSince1970 * 1000)
+        let aside = "\(path).corrupt-\(stamp)"
+        guard rename(path, aside) == 0 else {
+            throw CrashCaptureError.io(
+                "cannot move the damaged event store \(path) aside: \(String(cString: strerror(errno)))")
+        }
+        for suffix in ["-wal", "-shm"] { _ = rename(path + suffix, aside + suffix) }
+        return aside
+    }
+
+    private func prepareStatements() throws {
+        insertStatement = try connection.prepare(
+            "INSERT OR IGNORE INTO events(event_id, payload, bytes) VALUES (?, ?, ?)")
+        rememberStatement = try connection.prepare("INSERT OR IGNORE INTO imported_ids(event_id) VALUES (?)")
+        seenStatement = try connection.prepare("SELECT 1 FROM imported_ids WHERE event_id = ?")
+    }
+
+    /// Appends events in the given order in one transaction. An event id already present (or,
+    /// with `rememberIDs`, ever imported before) is skipped and counted as a duplicate.
+    @discardableResult
+    public func insert(_ events: [(id: String, payload: String)], rememberIDs: Bool = false) throws -> InsertResult {
+        lock.lock()
+        defer { lock.unlock() }
+        var result = InsertResult()
+        try connection.transaction {
+            for event in events {
+                if rememberIDs {
+                    seenStatement.reset()
+                    try seenStatement.bind(1, event.id)
+                    let seen = try seenStatement.step()
+                    seenStatement.reset()
+                    if seen {
+                        result.duplicates += 1
+                        continue
+                    }
+                    rememberStatement.reset()
+                    try rememberStatement.bind(1, event.id)
+                    try rememberStatement.step()
+                }
+                insertStatement.reset()
+                try insertStatement.bind(1, event.id)
+                try insertStatement.bind(2, event.payload)
+                try insertStatement.bind(3, Int64(event.payload.utf8.count))
+                try insertStatement.step()
+                if connection.changes == 1 {
+                    result.inserted += 1
+                    eventCount += 1
+                    eventBytes += event.payload.utf8.count
+                } else {
+                    result.duplicates += 1
+                }
+            }
+            result.dropped = try enforceLimits()
+        }
+        return result
+    }
+
+    /// Drops the oldest events (never ones in flight) until both limits hold again.
+    private func enforceLimits() throws -> Int {
+        guard eventCount > limits.maximumEvents || eventBytes > limits.maximumBytes else { return 0 }
+        let oldest = try connection.prepare("SELECT seq, bytes FROM events WHERE in_flight = 0 ORDER BY seq")
+        var cutoff: Int64 = -1
+        var dropped = 0
+        var count = eventCount
+        var bytes = eventBytes
+        while count > limits.maximumEvents || bytes > limits.maximumBytes, try oldest.step() {
+            cutoff = oldest.int64(0)
+            bytes -= Int(oldest.int64(1))
+            count -= 1
+            dropped += 1
+        }
+        oldest.reset()
+        guard dropped > 0 else { return 0 }
+        try connection.execute("DELETE FROM events WHERE in_flight = 0 AND seq <= \(cutoff)")
+        try connection.execute("UPDATE meta SET value = value + \(dropped) WHERE key = 'dropped'")
+        eventCount = count
+        eventBytes = bytes
+        return dropped
+    }
+
+    /// The oldest events not yet in flight, marked as in flight under a new token.
+    public func claimBatch(limit: Int) throws -> Batch? {
+        lock.lock()
+        defer { lock.unlock() }
+        let select = try connection.prepare(
+            "SELECT seq, event_id, payload FROM events WHERE in_flight = 0 ORDER BY seq LIMIT \(max(1, limit))")
+        var events: [Event] = []
+        while try select.step() {
+            events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+        }
+        guard let first = events.first, let last = events.last else { return nil }
+        let token = nextToken
+        nextToken += 1
+        try connection.execute(
+            "UPDATE events SET in_flight = \(token) WHERE in_flight = 0 AND seq BETWEEN \(first.sequence) AND \(last.sequence)"
+        )
+        return Batch(token: token, events: events)
+    }
+
+    /// The batch was accepted: its events leave the store.
+    public func complete(_ batch: Batch) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try connection.transaction {
+            let removed = try connection.prepare(
+                "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE in_flight = ?")
+            try removed.bind(1, batch.token)
+            if try removed.step() {
+                eventCount -= Int(removed.int64(0))
+                eventBytes -= Int(removed.int64(1))
+            }
+            removed.reset()
+            try connection.execute("DELETE FROM events WHERE in_flight = \(batch.token)")
+        }
+    }
+
+    /// The attempt failed in a way worth retrying: the events go back in line, in place.
+    public func release(_ batch: Batch) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight = \(batch.token)")
+    }
+
+    /// The server refused the batch as malformed: keep its events aside, out of the queue,
+    /// for a person to inspect (`rejected_events`), rather than retry forever or lose them.
+    public func reject(_ batch: Batch, status: Int, reason: String) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try connection.transaction {
+            let move = try connection.prepare(
+                """
+                INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
+                SELECT event_id, payload, ?, ?, ? FROM events WHERE in_flight = ?
+                """)
+            try move.bind(1, Int64(status))
+            try move.bind(2, reason)
+            try move.bind(3, now)
+            try move.bind(4, batch.token)
+            try move.step()
+            let removed = try connection.prepare(
+                "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE in_flight = ?")
+            try removed.bind(1, batch.token)
+            if try removed.step() {
+                eventCount -= Int(removed.int64(0))
+                eventBytes -= Int(removed.int64(1))
+            }
+            removed.reset()
+            try connection.execute("DELETE FROM events WHERE in_flight = \(batch.token)")
+        }
+    }
+
+    /// Events in order, after a sequence number (for inspection and the collector's GET /events).
+    public func events(after sequence: Int64 = 0, limit: Int = 1000) throws -> [Event] {
+        lock.lock()
+        defer { lock.unlock() }
+        let select = try connection.prepare(
+            "SELECT seq, event_id, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+        try select.bind(1, sequence)
+        try select.bind(2, Int64(limit))
+        var events: [Event] = []
+        while try select.step() {
+            events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+        }
+        return events
+    }
+
+    public var count: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return eventCount
+    }
+
+    public var byteCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return eventBytes
+    }
+
+    /// Events dropped by the cap since the store was created.
+    public var droppedCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return Int((try? connection.scalarInt("SELECT value FROM meta WHERE key = 'dropped'")) ?? 0)
+    }
+
+    public var rejectedCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return Int((try? connection.scalarInt("SELECT COUNT(*) FROM rejected_events")) ?? 0)
+    }
+}

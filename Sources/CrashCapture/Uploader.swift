@@ -1,0 +1,245 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// When and how stored events are sent.
+public struct UploadOptions: Sendable {
+    /// Flush once this many events are cached.
+    public var flushBulkSize = 100
+    /// And at least this often, in seconds.
+    public var flushInterval: Double = 15
+    /// Events per request.
+    public var batchSize = 50
+    public var requestTimeout: Double = 10
+    /// Retries wait base × 2^(failures-1), with jitter, up to the maximum.
+    public var retryBaseDelay: Double = 1
+    public var retryMaximumDelay: Double = 300
+    /// How long exit may spend on a last upload.
+    public var exitFlushTimeout: Double = 2
+    /// Plain http to a host that is not this machine is refused unless this is set.
+    public var allowInsecureHTTP = false
+
+    public init() {}
+
+    func validate() throws {
+        guard flushBulkSize > 0, batchSize > 0 else {
+            throw CrashCaptureError.invalidArgument("flushBulkSize and batchSize must be positive")
+        }
+        guard flushInterval > 0, requestTimeout > 0, retryBaseDelay > 0, retryMaximumDelay >= retryBaseDelay,
+            exitFlushTimeout >= 0
+        else { throw CrashCaptureError.invalidArgument("upload intervals and timeouts must be positive") }
+    }
+}
+
+/// Sends stored events in order, one batch at a time, in the Sensors Analytics wire format.
+/// 2xx deletes the batch; 5xx, 403, 404, 408, 429 and network errors keep it and retry with
+/// exponential backoff and jitter; any other 4xx means the server will never take this batch:
+/// its events move to the store's `rejected_events` table instead of blocking the queue.
+public final class Uploader: @unchecked Sendable {
+    public enum Outcome: Equatable, Sendable {
+        case accepted
+        case retry(String)
+        case rejected(Int, String)
+    }
+
+    public struct Statistics: Sendable {
+        public var acceptedBatches = 0
+        public var acceptedEvents = 0
+        public var failedAttempts = 0
+        public var rejectedBatches = 0
+        public var lastError: String?
+    }
+
+    public let endpoint: URL
+    public let options: UploadOptions
+    let store: EventStore
+    private let session: URLSession
+    private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
+    private let lock = NSLock()
+    private var flushScheduled = false
+    private var failures = 0
+    private var retryAt = Date.distantPast
+    private var timer: DispatchSourceTimer?
+    private var stats = Statistics()
+
+    public init(endpoint: URL, store: EventStore, options: UploadOptions) throws {
+        try Self.validate(endpoint, allowInsecureHTTP: options.allowInsecureHTTP)
+        try options.validate()
+        self.endpoint = endpoint
+        self.store = store
+        self.options = options
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = options.requestTimeout
+        configuration.timeoutIntervalForResource = options.requestTimeout * 2
+        configuration.httpMaximumConnectionsPerHost = 1
+        session = URLSession(configuration: configuration)
+    }
+
+    deinit { timer?.cancel() }
+
+    /// https, or http only to this machine (or when explicitly allowed).
+    public static func validate(_ url: URL, allowInsecureHTTP: Bool) throws {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
+            throw CrashCaptureError.invalidArgument("server URL \(url) needs a scheme and a host")
+        }
+        switch scheme {
+        case "https": return
+        case "http":
+            let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1" || host == "[::1]"
+            if loopback || allowInsecureHTTP { return }
+            throw CrashCaptureError.invalidArgument(
+                "server URL \(url) uses plain http to another machine; use https (or set allowInsecureHTTP)")
+        default:
+            throw CrashCaptureError.invalidArgument("server URL \(url) must be http or https")
+        }
+    }
+
+    public var statistics: Statistics {
+        lock.lock()
+        defer { lock.unlock() }
+        return stats
+    }
+
+    /// Starts the periodic flush.
+    func start() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + options.flushInterval, repeating: options.flushInterval)
+        timer.setEventHandler { [weak self] in self?.flush(deadline: nil) }
+        timer.resume()
+        self.timer = timer
+    }
+
+    func noteInserted() {
+        if store.count >= options.flushBulkSize { requestFlush() }
+    }
+
+    /// Schedules one flush on the upload queue; requests while one is pending coalesce.
+    public func requestFlush() {
+        lock.lock()
+        let schedule = !flushScheduled
+        flushScheduled = true
+        lock.unlock()
+        guard schedule else { return }
+        queue.async {
+            self.lock.lock()
+            self.flushScheduled = false
+            self.lock.unlock()
+            self.flush(deadline: nil)
+        }
+    }
+
+    /// Sends everything now, on the calling thread's behalf, until done, a failure, or the deadline.
+    public func flushNow(deadline: Date) {
+        queue.sync { flush(deadline: deadline) }
+    }
+
+    private func flush(deadline: Date?) {
+        lock.lock()
+        let waiting = retryAt
+        lock.unlock()
+        // During backoff only the exit flush tries again; the scheduled retry comes later.
+        if deadline == nil && Date() < waiting { return }
+        while let batch = try? store.claimBatch(limit: options.batchSize) {
+            var timeout = options.requestTimeout
+            if let deadline {
+                timeout = min(timeout, deadline.timeIntervalSinceNow)
+                if timeout <= 0.05 {
+                    try? store.release(batch)
+                    return
+                }
+            }
+            let outcome = send(batch, timeout: timeout)
+            lock.lock()
+            switch outcome {
+            case .accepted:
+                try? store.complete(batch)
+                failures = 0
+                retryAt = .distantPast
+                stats.acceptedBatches += 1
+                stats.acceptedEvents += batch.events.count
+                lock.unlock()
+            case .rejected(let status, let reason):
+                try? store.reject(batch, status: status, reason: reason)
+                stats.rejectedBatches += 1
+                stats.lastError = "HTTP \(status): \(reason)"
+                lock.unlock()
+            case .retry(let reason):
+                try? store.release(batch)
+                failures += 1
+                stats.failedAttempts += 1
+                stats.lastError = reason
+                let delay = Self.backoff(failures: failures, options: options)
+                retryAt = Date().addingTimeInterval(delay)
+                lock.unlock()
+                guard let deadline else {
+                    queue.asyncAfter(deadline: .now() + delay) { self.flush(deadline: nil) }
+                    return
+                }
+                // A flush with a deadline (at exit) keeps trying, with the same backoff, while time remains.
+                guard deadline.timeIntervalSinceNow > delay + 0.05 else { return }
+                Thread.sleep(forTimeInterval: delay)
+            }
+        }
+    }
+
+    static func backoff(failures: Int, options: UploadOptions) -> Double {
+        let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
+        return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
+    }
+
+    /// One request for one batch. `_flush_time` is added to each event as it leaves.
+    public func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
+        let flushTime = Int64(Date().timeIntervalSince1970 * 1000)
+        let events = batch.events.map { event -> String in
+            var payload = event.payload
+            if payload.hasSuffix("}") {
+                payload.removeLast()
+                payload += ",\"_flush_time\":\(flushTime)}"
+            }
+            return payload
+        }
+        let body: Data
+        do {
+            body = try WireFormat.encode(events: events)
+        } catch {
+            return .retry("cannot encode the batch: \(error)")
+        }
+        var request = URLRequest(url: endpoint, timeoutInterval: timeout)
+        request.httpMethod = "POST"
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        request.httpBody = body
+        let done = DispatchSemaphore(value: 0)
+        let result = Box<Outcome>(.retry("no response"))
+        let task = session.dataTask(with: request) { data, response, error in
+            result.value = Self.classify(data: data, response: response, error: error)
+            done.signal()
+        }
+        task.resume()
+        if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+            task.cancel()
+            return .retry("timed out after \(timeout) s")
+        }
+        return result.value
+    }
+
+    static func classify(data: Data?, response: URLResponse?, error: Error?) -> Outcome {
+        if let error { return .retry("network error: \(error.localizedDescription)") }
+        guard let http = response as? HTTPURLResponse else { return .retry("no HTTP response") }
+        let status = http.statusCode
+        let text = String(decoding: (data ?? Data()).prefix(300), as: UTF8.self)
+        switch status {
+        case 200..<300: return .accepted
+        case 403, 404, 408, 429, 500..<600: return .retry("HTTP \(status): \(text)")
+        case 400..<500: return .rejected(status, text)
+        default: return .retry("unexpected HTTP \(status)")
+        }
+    }
+}
+
+/// A mutable box for a value handed across a completion handler.
+final class Box<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}

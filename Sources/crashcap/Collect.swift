@@ -1,0 +1,69 @@
+import ArgumentParser
+import CrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension Crashcap {
+    struct Collect: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Run a local ingest server: POST /sa takes uploads, GET /events lists what arrived.",
+            discussion: """
+                Accepts the Sensors Analytics wire format (crc, gzip, data_list), rejects malformed \
+                batches with a 4xx that says why, de-duplicates by event_id and stores events in SQLite \
+                in arrival order. GET /events?after=SEQ&limit=N returns them as JSON lines.
+                """)
+
+        @Option(help: "Port to listen on (0: any free port, printed at start).")
+        var port: UInt16 = 8106
+
+        @Option(help: "Address to listen on.")
+        var host = "127.0.0.1"
+
+        @Option(help: "SQLite file for the received events.")
+        var db: String
+
+        @Option(help: "Close the connection of the first N requests without answering (fault injection).")
+        var dropFirst = 0
+
+        @Option(help: "Answer the next N uploads with --fail-status (fault injection).")
+        var failFirst = 0
+
+        @Option(help: "Status for --fail-first.")
+        var failStatus = 500
+
+        @Option(help: "Wait this many ms before every response (fault injection).")
+        var delayMs = 0
+
+        func validate() throws {
+            if dropFirst < 0 || failFirst < 0 || delayMs < 0 {
+                throw ValidationError("fault counts must not be negative")
+            }
+            if !(100...599).contains(failStatus) { throw ValidationError("--fail-status must be an HTTP status") }
+        }
+
+        mutating func run() throws {
+            var faults = IngestCollector.Faults()
+            faults.dropFirst = dropFirst
+            faults.failFirst = failFirst
+            faults.failStatus = failStatus
+            faults.delayMilliseconds = delayMs
+            let collector: IngestCollector
+            do {
+                collector = try IngestCollector(host: host, port: port, databasePath: db, faults: faults)
+            } catch {
+                throw Crashcap.fail("\(error)", code: 69)
+            }
+            if let moved = collector.store.movedAside {
+                FileHandle.standardError.write(
+                    Data("crashcap: \(db) was \(moved.reason); moved to \(moved.path)\n".utf8))
+            }
+            // Written straight to the descriptor: whoever started us waits for this line.
+            FileHandle.standardOutput.write(Data("listening on \(collector.url)\n".utf8))
+            signal(SIGPIPE, SIG_IGN)
+            collector.serve()
+        }
+    }
+}

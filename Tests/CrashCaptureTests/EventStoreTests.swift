@@ -1,0 +1,160 @@
+import CrashCapture
+import Foundation
+import Testing
+
+@Suite struct EventStoreTests {
+    func events(_ range: Range<Int>, prefix: String = "e") -> [(id: String, payload: String)] {
+        range.map { ("\(prefix)\($0)", "{\"event\":\"x\",\"index\":\($0)}") }
+    }
+
+    func storePath() -> String { makeTemporaryDirectory("store") + "/events.sqlite" }
+
+    @Test func keepsOrderAndIgnoresDuplicates() throws {
+        let store = try EventStore(path: storePath())
+        #expect(try store.insert(events(0..<10)).inserted == 10)
+        let again = try store.insert(events(5..<15))
+        #expect(again.inserted == 5 && again.duplicates == 5)
+        #expect(try store.events().map(\.eventID) == (0..<15).map { "e\($0)" })
+        #expect(store.count == 15)
+    }
+
+    @Test func capDropsTheOldestAndCountsThem() throws {
+        let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 100, maximumBytes: 1 << 20))
+        try store.insert(events(0..<60))
+        let result = try store.insert(events(60..<150))
+        #expect(result.dropped == 50)
+        #expect(store.count == 100)
+        #expect(store.droppedCount == 50)
+        #expect(try store.events().first?.eventID == "e50", "the oldest went, not everything")
+        #expect(try store.events(limit: 1000).last?.eventID == "e149")
+    }
+
+    @Test func byteCapDropsOnlyWhatIsNeeded() throws {
+        let payload = String(repeating: "x", count: 1000)
+        let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 1000, maximumBytes: 10_500))
+        try store.insert((0..<20).map { ("b\($0)", payload) })
+        #expect(store.count == 10)
+        #expect(store.byteCount <= 10_500)
+        #expect(try store.events().first?.eventID == "b10")
+    }
+
+    @Test func eventsInFlightWhenTheProcessDiedAreRecovered() throws {
+        let path = storePath()
+        do {
+            let store = try EventStore(path: path)
+            try store.insert(events(0..<120))
+            let batch = try #require(try store.claimBatch(limit: 50))
+            #expect(batch.events.map(\.eventID) == (0..<50).map { "e\($0)" })
+            let next = try #require(try store.claimBatch(limit: 50))
+            #expect(next.events.first?.eventID == "e50", "a second batch does not repeat the first")
+        }
+        let reopened = try EventStore(path: path)
+        let batch = try #require(try reopened.claimBatch(limit: 50))
+        #expect(batch.events.first?.eventID == "e0", "claimed rows come back in their place")
+    }
+
+    @Test func completeReleaseAndReject() throws {
+        let store = try EventStore(path: storePath())
+        try store.insert(events(0..<150))
+        let first = try #require(try store.claimBatch(limit: 50))
+        try store.complete(first)
+        #expect(store.count == 100)
+        let second = try #require(try store.claimBatch(limit: 50))
+        try store.release(second)
+        let retried = try #require(try store.claimBatch(limit: 50))
+        #expect(retried.events.map(\.eventID) == second.events.map(\.eventID))
+        try store.reject(retried, status: 400, reason: "bad batch")
+        #expect(store.rejectedCount == 50)
+        #expect(store.count == 50)
+        #expect(try store.claimBatch(limit: 50)?.events.first?.eventID == "e100")
+    }
+
+    @Test func rememberedIDsAreNeverImportedTwice() throws {
+        let store = try EventStore(path: storePath())
+        try store.insert(events(0..<3, prefix: "crash"), rememberIDs: true)
+        let batch = try #require(try store.claimBatch(limit: 10))
+        try store.complete(batch)
+        let again = try store.insert(events(0..<3, prefix: "crash"), rememberIDs: true)
+        #expect(again.inserted == 0 && again.duplicates == 3, "uploaded and deleted, still not imported again")
+    }
+
+    @Test func garbageFileIsMovedAsideNotTruncated() throws {
+        let path = storePath()
+        let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try garbage.write(to: URL(fileURLWithPath: path))
+        let store = try EventStore(path: path)
+        let moved = try #require(store.movedAside)
+        #expect(moved.reason.contains("not a SQLite database"))
+        #expect(FileManager.default.contents(atPath: moved.path) == garbage, "the original bytes are kept")
+        try store.insert(events(0..<2))
+        #expect(store.count == 2)
+    }
+
+    @Test func someoneElsesDatabaseIsMovedAside() throws {
+        let path = storePath()
+        let result = try run(
+            "/usr/bin/env", ["sqlite3", path, "CREATE TABLE customers(id INTEGER); INSERT INTO customers VALUES (1);"])
+        try #require(result.exitCode == 0, "sqlite3: \(result.stderr)")
+        let store = try EventStore(path: path)
+        let moved = try #require(store.movedAside)
+        #expect(moved.reason.contains("not a CrashCapture event store"))
+        let check = try run("/usr/bin/env", ["sqlite3", moved.path, "SELECT COUNT(*) FROM customers"])
+        #expect(check.stdout == "1\n")
+    }
+
+    @Test func rejectsNonsenseLimits() {
+        #expect(throws: CrashCaptureError.self) {
+            try EventStore(path: storePath(), limits: .init(maximumEvents: 0, maximumBytes: 10))
+        }
+    }
+}
+
+@Suite struct WireFormatTests {
+    @Test func javaHashCodeMatchesJava() {
+        #expect(WireFormat.javaHashCode("hello") == 99_162_322)
+        #expect(WireFormat.javaHashCode("") == 0)
+        #expect(WireFormat.javaHashCode("Hello, World!") == 1_498_789_909)
+        #expect(WireFormat.javaHashCode(String(repeating: "a", count: 40)) == 1_042_809_472)
+    }
+
+    @Test func roundTripsABatch() throws {
+        let events = (0..<50).map { "{\"event_id\":\"id\($0)\",\"event\":\"e\",\"properties\":{\"n\":\($0)}}" }
+        let body = try WireFormat.encode(events: events)
+        let text = String(decoding: body, as: UTF8.self)
+        #expect(text.hasPrefix("crc="))
+        #expect(text.contains("&gzip=1&data_list="))
+        let decoded = try WireFormat.decode(body: body)
+        #expect(decoded.map { $0["event_id"] as? String } == (0..<50).map { "id\($0)" })
+    }
+
+    func expectError(_ body: String, _ fragment: String) {
+        do {
+            _ = try WireFormat.decode(body: Data(body.utf8))
+            Issue.record("decoded \(body.prefix(60))")
+        } catch {
+            #expect("\(error)".contains(fragment), "\(error)")
+        }
+    }
+
+    @Test func everyMalformedBodyIsAClearError() throws {
+        let good = String(decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\"}"]), as: UTF8.self)
+        expectError(good.replacingOccurrences(of: "crc=", with: "crc=1"), "crc")
+        expectError("gzip=1&data_list=abc", "no crc")
+        expectError("crc=0&gzip=1", "no data_list")
+        let notBase64 = "!!!"
+        expectError("crc=\(WireFormat.javaHashCode(notBase64))&gzip=1&data_list=!!!", "base64")
+        let notGzip = Data("hello".utf8).base64EncodedString()
+        expectError("crc=\(WireFormat.javaHashCode(notGzip))&gzip=1&data_list=\(notGzip)", "gzip")
+        let notArray = try WireFormat.gzip(Data("{\"a\":1}".utf8)).base64EncodedString()
+        expectError(
+            "crc=\(WireFormat.javaHashCode(notArray))&gzip=1&data_list=\(WireFormat.formEscapeForTests(notArray))",
+            "not a JSON array")
+    }
+
+    @Test func inflationIsBounded() throws {
+        let bomb = try WireFormat.gzip(Data(count: 4 << 20))
+        #expect(bomb.count < 10_000)
+        #expect(throws: WireError.self) { try WireFormat.gunzip(bomb, maximumBytes: 1 << 20) }
+        #expect(try WireFormat.gunzip(bomb, maximumBytes: 8 << 20).count == 4 << 20)
+    }
+}

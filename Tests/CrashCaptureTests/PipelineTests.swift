@@ -1,0 +1,282 @@
+import CrashCapture
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `crashcap collect` as a real server process, for the duration of one test.
+final class CollectorProcess {
+    let child: Child
+    let url: String
+    let base: String
+    let database: String
+
+    init(_ arguments: [String] = []) throws {
+        database = makeTemporaryDirectory("collector") + "/collected.sqlite"
+        child = try Child(Paths.crashcap, ["collect", "--port", "0", "--db", database] + arguments)
+        guard child.waitForOutput("listening on"), let range = child.stdout.range(of: "http://") else {
+            throw TestFailure("collector did not start: \(child.stdout) \(child.stderr)")
+        }
+        url = String(child.stdout[range.lowerBound...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        base = String(url.dropLast(3))
+    }
+
+    func get(_ path: String) throws -> (Int, Data) {
+        try request("GET", path, body: nil)
+    }
+
+    func request(_ method: String, _ path: String, body: Data?) throws -> (Int, Data) {
+        var request = URLRequest(url: URL(string: base + path)!, timeoutInterval: 10)
+        request.httpMethod = method
+        request.httpBody = body
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<(Int, Data)>((0, Data()))
+        URLSession.shared.dataTask(with: request) { data, response, _ in
+            result.value = ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data())
+            done.signal()
+        }.resume()
+        if done.wait(timeout: .now() + 15) == .timedOut { throw TestFailure("no response to \(method) \(path)") }
+        return result.value
+    }
+
+    /// Every stored event, in arrival order.
+    func events() throws -> [[String: Any]] {
+        let (status, data) = try get("/events")
+        guard status == 200 else { throw TestFailure("GET /events: \(status)") }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+}
+
+final class Locked<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}
+
+@Suite(.serialized) struct PipelineTests {
+    func sample(
+        _ kind: String, directory: String, collector: CollectorProcess?, events: Int, extra: [String: String] = [:],
+        timeout: Double = 60
+    ) throws -> RunResult {
+        var env = [
+            "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "\(events)", "CRASH_SAMPLE_RETRY_BASE": "0.05",
+        ]
+        if let collector { env["CRASHCAPTURE_SERVER_URL"] = collector.url }
+        for (key, value) in extra { env[key] = value }
+        return try run(Paths.swiftSample, [kind], environment: env, timeout: timeout)
+    }
+
+    func names(_ events: [[String: Any]]) -> [String] { events.compactMap { $0["event"] as? String } }
+    func indexes(_ events: [[String: Any]]) -> [Int] {
+        events.compactMap { ($0["properties"] as? [String: Any])?["index"] as? Int }
+    }
+
+    @Test func normalExitDeliversEverythingOnceInOrder() throws {
+        let collector = try CollectorProcess()
+        let directory = makeTemporaryDirectory("pipeline")
+        let result = try sample("pipeline-track", directory: directory, collector: collector, events: 250)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let events = try collector.events()
+        #expect(names(events).first == "$AppStart")
+        #expect(names(events).last == "$AppEnd")
+        #expect(names(events).filter { $0 == "$AppEnd" }.count == 1)
+        #expect(indexes(events) == Array(0..<250))
+        #expect(Set(events.compactMap { $0["event_id"] as? String }).count == events.count)
+        #expect(events.allSatisfy { ($0["_flush_time"] as? Int ?? 0) >= ($0["time"] as? Int ?? .max) })
+        let end = try #require(events.last?["properties"] as? [String: Any])
+        #expect(end["$app_end_reason"] as? String == "exit")
+        #expect((end["$event_duration"] as? Double ?? -1) >= 0)
+        #expect(try EventStore(path: directory + "/events.sqlite").count == 0, "uploaded events leave the store")
+    }
+
+    @Test func serverErrorsAndDroppedConnectionsAreRetried() throws {
+        let collector = try CollectorProcess(["--drop-first", "2", "--fail-first", "3"])
+        let directory = makeTemporaryDirectory("faults")
+        let result = try sample(
+            "pipeline-track", directory: directory, collector: collector, events: 180,
+            extra: ["CRASH_SAMPLE_EXIT_FLUSH": "10"])
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let events = try collector.events()
+        #expect(indexes(events) == Array(0..<180))
+        #expect(names(events).filter { $0 == "$AppStart" }.count == 1)
+        #expect(names(events).filter { $0 == "$AppEnd" }.count == 1)
+    }
+
+    @Test func slowServerPastTheTimeoutLosesNothingAndDuplicatesNothing() throws {
+        // Every response comes after the client gave up: the server stores each batch, the
+        // client keeps it and sends it again; the collector must hold each event once.
+        let collector = try CollectorProcess(["--delay-ms", "700"])
+        let directory = makeTemporaryDirectory("slow")
+        _ = try sample(
+            "pipeline-track", directory: directory, collector: collector, events: 60,
+            extra: ["CRASH_SAMPLE_REQUEST_TIMEOUT": "0.3", "CRASH_SAMPLE_EXIT_FLUSH": "3"])
+        Thread.sleep(forTimeInterval: 1)
+        let events = try collector.events()
+        let ids = events.compactMap { $0["event_id"] as? String }
+        #expect(Set(ids).count == ids.count, "no duplicates at the collector")
+        let leftover = try EventStore(path: directory + "/events.sqlite").events()
+        let all = Set(ids).union(leftover.map(\.eventID))
+        #expect(all.count == 62, "every event is either delivered or still queued")
+    }
+
+    @Test func uploaderKilledMidBatchLosesAndDuplicatesNothing() throws {
+        let collector = try CollectorProcess(["--delay-ms", "15"])
+        let directory = makeTemporaryDirectory("sigkill")
+        let streaming = try Child(
+            Paths.swiftSample, ["pipeline-stream"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASHCAPTURE_SERVER_URL": collector.url, "CRASH_SAMPLE_EVENTS": "4000",
+                "CRASH_SAMPLE_RETRY_BASE": "0.05",
+            ])
+        Thread.sleep(forTimeInterval: 0.4)
+        kill(streaming.pid, SIGKILL)
+        #expect(streaming.wait(timeout: 10))
+        #expect(streaming.signal == SIGKILL)
+        let delivered = try collector.events().count
+        // The next start recovers the rows that were in flight and sends everything left.
+        let second = try sample("pipeline-track", directory: directory, collector: collector, events: 0)
+        #expect(second.exitCode == 0)
+        let events = try collector.events()
+        let ids = events.compactMap { $0["event_id"] as? String }
+        #expect(Set(ids).count == ids.count, "no duplicates")
+        let first = events.filter {
+            ($0["properties"] as? [String: Any])?["sample_kind"] as? String == "pipeline-stream"
+        }
+        let seen = indexes(first)
+        #expect(seen == Array(0..<seen.count), "the killed session's stored events arrive in order, without gaps")
+        #expect(seen.count > 0 && delivered < events.count)
+        #expect(try EventStore(path: directory + "/events.sqlite").count == 0)
+    }
+
+    @Test func sigtermEndsTheSessionAndStillDiesOfSigterm() throws {
+        let directory = makeTemporaryDirectory("sigterm")
+        let waiting = try Child(
+            Paths.swiftSample, ["pipeline-wait"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "5"])
+        #expect(waiting.waitForOutput("ready"))
+        kill(waiting.pid, SIGTERM)
+        #expect(waiting.wait(timeout: 20))
+        #expect(waiting.signal == SIGTERM)
+        let stored = try EventStore(path: directory + "/events.sqlite").events()
+        #expect(stored.first?.eventID.hasSuffix("-start") == true)
+        let end = try #require(stored.last)
+        #expect(end.payload.contains("\"event\":\"$AppEnd\""))
+        #expect(end.payload.contains("\"$app_end_reason\":\"SIGTERM\""))
+        #expect(stored.count == 7)
+    }
+
+    @Test func crashGetsItsAppEndFromTheCrashFileOnly() throws {
+        let directory = makeTemporaryDirectory("crashend")
+        let result = try sample("pipeline-crash", directory: directory, collector: nil, events: 4)
+        #expect(result.signal == SIGSEGV)
+        let stored = try EventStore(path: directory + "/events.sqlite").events()
+        #expect(stored.count == 5, "$AppStart and 4 events")
+        #expect(!stored.contains { $0.payload.contains("$AppEnd") })
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.endEvents.count == 1)
+        #expect(report.crashed?["session_id"] as? String == stored.first.map { String($0.eventID.dropLast(6)) })
+    }
+
+    @Test func loginChangesTheDistinctIDEverywhere() throws {
+        let directory = makeTemporaryDirectory("login")
+        _ = try sample("pipeline-login", directory: directory, collector: nil, events: 2)
+        let stored = try EventStore(path: directory + "/events.sqlite").events()
+        let objects = stored.compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+        }
+        let signUp = try #require(objects.first { $0["event"] as? String == "$SignUp" })
+        let anonymous = try String(contentsOfFile: directory + "/distinct_id", encoding: .utf8)
+        #expect((signUp["properties"] as? [String: Any])?["$original_id"] as? String == anonymous)
+        let tracked = objects.filter { $0["event"] as? String == "sample_event" }
+        #expect(tracked.count == 2 && tracked.allSatisfy { $0["distinct_id"] as? String == "user-42" })
+        // The next session starts logged in, and its crash reports carry the login id.
+        let crash = try sample("pipeline-crash", directory: directory, collector: nil, events: 0)
+        #expect(crash.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.crashed?["distinct_id"] as? String == "user-42")
+    }
+
+    @Test func clientErrorsMoveTheBatchAsideAndTheQueueGoesOn() throws {
+        let collector = try CollectorProcess(["--fail-first", "1", "--fail-status", "400"])
+        let directory = makeTemporaryDirectory("reject")
+        _ = try sample("pipeline-track", directory: directory, collector: collector, events: 120)
+        let store = try EventStore(path: directory + "/events.sqlite")
+        #expect(store.rejectedCount == 50, "the refused batch is kept aside, not lost")
+        #expect(store.count == 0)
+        #expect(try collector.events().count == 122 - 50)
+    }
+}
+
+@Suite struct CollectorTests {
+    @Test func rejectsMalformedBatchesWithAReason() throws {
+        let collector = try CollectorProcess()
+        let (status, body) = try collector.request("POST", "/sa", body: Data("crc=1&gzip=1&data_list=abc".utf8))
+        #expect(status == 400)
+        #expect(String(decoding: body, as: UTF8.self).contains("crc mismatch"))
+        let noID = try WireFormat.encode(events: ["{\"event\":\"x\",\"properties\":{}}"])
+        let (missing, message) = try collector.request("POST", "/sa", body: noID)
+        #expect(missing == 400)
+        #expect(String(decoding: message, as: UTF8.self).contains("no event_id"))
+        #expect(try collector.get("/nowhere").0 == 404)
+        #expect(try collector.request("DELETE", "/events", body: nil).0 == 405)
+    }
+
+    @Test func deduplicatesByEventID() throws {
+        let collector = try CollectorProcess()
+        let batch = try WireFormat.encode(events: [
+            "{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
+            "{\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
+        ])
+        let (_, first) = try collector.request("POST", "/sa", body: batch)
+        #expect(String(decoding: first, as: UTF8.self) == "{\"inserted\":2,\"duplicates\":0}")
+        let (_, second) = try collector.request("POST", "/sa", body: batch)
+        #expect(String(decoding: second, as: UTF8.self) == "{\"inserted\":0,\"duplicates\":2}")
+        #expect(try collector.events().count == 2)
+    }
+
+    @Test func badArgumentsAreClearErrors() throws {
+        let busy = try CollectorProcess()
+        let port = String(busy.base.split(separator: ":").last!)
+        let result = try run(
+            Paths.crashcap, ["collect", "--port", port, "--db", makeTemporaryDirectory("busy") + "/x.db"])
+        #expect(result.exitCode == 69)
+        #expect(result.stderr.contains("cannot listen"))
+        let noDB = try run(Paths.crashcap, ["collect"])
+        #expect(noDB.exitCode != 0 && noDB.stderr.contains("--db"))
+    }
+}
+
+@Suite struct UploaderPolicyTests {
+    @Test func httpsUnlessLoopback() throws {
+        try Uploader.validate(URL(string: "https://ingest.example.com/sa")!, allowInsecureHTTP: false)
+        try Uploader.validate(URL(string: "http://127.0.0.1:8106/sa")!, allowInsecureHTTP: false)
+        try Uploader.validate(URL(string: "http://localhost/sa")!, allowInsecureHTTP: false)
+        #expect(throws: CrashCaptureError.self) {
+            try Uploader.validate(URL(string: "http://ingest.example.com/sa")!, allowInsecureHTTP: false)
+        }
+        try Uploader.validate(URL(string: "http://ingest.example.com/sa")!, allowInsecureHTTP: true)
+        #expect(throws: CrashCaptureError.self) {
+            try Uploader.validate(URL(string: "ftp://ingest.example.com/sa")!, allowInsecureHTTP: true)
+        }
+    }
+
+    @Test func trackValidatesLikeTheSensorsSDKs() throws {
+        #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("$Custom", kind: "event name") }
+        #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("1st", kind: "event name") }
+        #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("event", kind: "event name") }
+        #expect(throws: CrashCaptureError.self) {
+            try PropertyRules.validateName(String(repeating: "a", count: 101), kind: "event name")
+        }
+        try PropertyRules.validateName("order_paid", kind: "event name")
+        #expect(throws: CrashCaptureError.self) {
+            try PropertyRules.validate(["tags": .strings(Array(repeating: "x", count: 501))])
+        }
+    }
+}
