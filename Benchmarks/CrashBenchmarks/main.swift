@@ -188,6 +188,92 @@ extension Process {
     }
 }
 
+final class Samples: @unchecked Sendable {
+    private let lock = NSLock()
+    private(set) var nanoseconds: [Double] = []
+    func add(_ values: [Double]) {
+        lock.lock()
+        nanoseconds += values
+        lock.unlock()
+    }
+}
+
+func monotonic() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// track() from 4 threads into SQLite, per-call latency on the caller's thread, against one
+/// insert per transaction; then upload of a full store to the local collector.
+func pipelineBenchmarks(events: Int) throws {
+    let directory = temporaryDirectory()
+    try CrashCapture.install(
+        .init(
+            directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+            storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false))
+    let threads = 4
+    let perThread = events / threads
+    let samples = Samples()
+    let start = monotonic()
+    DispatchQueue.concurrentPerform(iterations: threads) { thread in
+        var local = [Double]()
+        local.reserveCapacity(perThread)
+        for index in 0..<perThread {
+            let before = monotonic()
+            try! CrashCapture.track(
+                "bench_event", properties: ["thread": .int(thread), "index": .int(index), "screen": "checkout"])
+            local.append(Double(monotonic() - before))
+        }
+        samples.add(local)
+    }
+    let tracked = monotonic()
+    CrashCapture.flush(timeout: 0)
+    let stored = monotonic()
+    let store = CrashCapture.eventStore!
+    let count = store.count
+    let latency = Statistics(samples.nanoseconds)
+    let rate = Double(count) / (Double(stored - start) / 1e9)
+    print("## track() from \(threads) threads (\(count) events into SQLite)\n")
+    print("| | value |")
+    print("|---|---|")
+    print("| sustained rate, first call to last event committed | \(format(rate, 0)) events/s |")
+    print("| tracking alone (callers' view) | \(format(Double(count) / (Double(tracked - start) / 1e9), 0)) events/s |")
+    print(
+        "| track() call, median / p99 / p99.9 | \(format(latency.median / 1000, 2)) / \(format(latency.percentile(0.99) / 1000, 2)) / \(format(latency.percentile(0.999) / 1000, 2)) µs |"
+    )
+
+    // The reference SDKs insert one event per transaction.
+    let payloads = try store.events(limit: 3000).map(\.payload)
+    let single = try EventStore(path: directory + "/single.sqlite")
+    let singleStart = monotonic()
+    for (index, payload) in payloads.enumerated() { try single.insert([("single-\(index)", payload)]) }
+    let singleRate = Double(payloads.count) / (Double(monotonic() - singleStart) / 1e9)
+    print("| one insert per transaction (\(payloads.count) events) | \(format(singleRate, 0)) events/s |")
+    print("\nbatched writer / one insert per transaction: \(format(rate / singleRate, 1))x\n")
+    let uploadPayloads = try store.events(limit: min(count, 50_000)).map { ($0.eventID, $0.payload) }
+    CrashCapture.uninstall()
+
+    // Upload: a store full of events, sent in batches of 50 to the collector over loopback.
+    let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
+    collector.start()
+    let uploadStore = try EventStore(path: directory + "/upload.sqlite")
+    try uploadStore.insert(uploadPayloads)
+    let pending = uploadStore.count
+    let uploader = try Uploader(endpoint: URL(string: collector.url)!, store: uploadStore, options: UploadOptions())
+    let uploadStart = monotonic()
+    uploader.flushNow(deadline: Date().addingTimeInterval(600))
+    let uploadSeconds = Double(monotonic() - uploadStart) / 1e9
+    let received = collector.store.count
+    print("## Upload to the local collector (loopback, gzip, batches of 50)\n")
+    print("| | value |")
+    print("|---|---|")
+    print("| events sent | \(pending - uploadStore.count) of \(pending) (collector holds \(received)) |")
+    print("| rate | \(format(Double(received) / uploadSeconds, 0)) events/s |")
+    print("| failed attempts | \(uploader.statistics.failedAttempts) |")
+    collector.stop()
+}
+
 var arguments = Array(CommandLine.arguments.dropFirst())
 let command = arguments.first ?? "crash"
 var runs = 50
@@ -197,7 +283,16 @@ if let index = arguments.firstIndex(of: "--runs"), index + 1 < arguments.count, 
 switch command {
 case "crash":
     try crashBenchmarks(runs: runs)
+case "pipeline":
+    var events = 400_000
+    if let index = arguments.firstIndex(of: "--events"), index + 1 < arguments.count,
+        let value = Int(arguments[index + 1])
+    {
+        events = value
+    }
+    try pipelineBenchmarks(events: events)
 default:
-    FileHandle.standardError.write("usage: crashcap-bench crash [--runs N]\n".data(using: .utf8)!)
+    FileHandle.standardError.write(
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N]\n".data(using: .utf8)!)
     exit(64)
 }

@@ -1,5 +1,6 @@
 import CCrashCapture
 import Foundation
+import Synchronization
 
 /// An event waiting for the writer: captured on the caller's thread, serialized off it.
 struct PendingEvent {
@@ -27,9 +28,19 @@ final class EventPipeline: @unchecked Sendable {
     /// growing memory without bound or blocking the caller.
     let maximumPending: Int
 
+    /// track() appends to one of several queues, picked by thread, so callers on different
+    /// threads rarely meet on a lock; a global sequence number keeps the order they were called in.
+    private final class Shard: @unchecked Sendable {
+        let lock = NSLock()
+        var events: [(sequence: UInt64, event: PendingEvent)] = []
+    }
+
+    private static let shardCount = 8
+    private let shards = (0..<EventPipeline.shardCount).map { _ in Shard() }
+    private let sequence = Atomic<UInt64>(0)
     private let lock = NSLock()
-    private var pending: [PendingEvent] = []
     private var drainScheduled = false
+    private var pendingCount = 0
     private var counter: UInt64 = 0
     private var droppedPending = 0
     private var loginID: String?
@@ -45,15 +56,16 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     func enqueue(_ event: PendingEvent) {
+        let order = sequence.wrappingAdd(1, ordering: .relaxed).newValue
+        let shard = shards[Int((UInt(pthread_self()) >> 8) % UInt(Self.shardCount))]
+        shard.lock.lock()
+        let full = shard.events.count >= maximumPending / Self.shardCount
+        if !full { shard.events.append((order, event)) }
+        shard.lock.unlock()
         lock.lock()
-        guard pending.count < maximumPending else {
-            droppedPending += 1
-            lock.unlock()
-            return
-        }
-        pending.append(event)
-        let schedule = !drainScheduled
-        drainScheduled = true
+        if full { droppedPending += 1 }
+        let schedule = !drainScheduled && !full
+        if schedule { drainScheduled = true }
         lock.unlock()
         if schedule { writer.async { self.drain() } }
     }
@@ -89,21 +101,31 @@ final class EventPipeline: @unchecked Sendable {
 
     private func drain() {
         lock.lock()
-        let batch = pending
-        pending.removeAll(keepingCapacity: true)
         drainScheduled = false
         let login = loginID
-        var first = counter
+        lock.unlock()
+        var batch: [(sequence: UInt64, event: PendingEvent)] = []
+        for shard in shards {
+            shard.lock.lock()
+            batch += shard.events
+            shard.events.removeAll(keepingCapacity: true)
+            shard.lock.unlock()
+        }
+        guard !batch.isEmpty else { return }
+        batch.sort { $0.sequence < $1.sequence }
+        lock.lock()
+        var number = counter
         counter += UInt64(batch.count)
         lock.unlock()
-        guard !batch.isEmpty else { return }
         let distinctID = login ?? CrashCapture.distinctID ?? ""
+        let pid = getpid()
         var rows: [(id: String, payload: String)] = []
         rows.reserveCapacity(batch.count)
-        for event in batch {
-            first += 1
-            let id = event.eventID ?? "\(identity.sessionID)-\(first)"
-            rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil)))
+        for (_, event) in batch {
+            number += 1
+            // Fixed width, so ids sort in the order they were made and the unique index appends.
+            let id = event.eventID ?? identity.sessionID + "-" + Self.padded(number)
+            rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil, pid: pid)))
         }
         do {
             try store.insert(rows)
@@ -116,7 +138,12 @@ final class EventPipeline: @unchecked Sendable {
         }
     }
 
-    func serialize(_ event: PendingEvent, id: String, distinctID: String, login: Bool) -> String {
+    static func padded(_ number: UInt64) -> String {
+        let digits = String(number)
+        return String(repeating: "0", count: max(0, 12 - digits.utf8.count)) + digits
+    }
+
+    func serialize(_ event: PendingEvent, id: String, distinctID: String, login: Bool, pid: Int32) -> String {
         var json = "{\"type\":\"track\",\"event\":"
         json.reserveCapacity(512 + identity.staticProperties.utf8.count)
         JSONText.appendQuoted(event.name, to: &json)
@@ -128,7 +155,7 @@ final class EventPipeline: @unchecked Sendable {
         JSONText.appendQuoted(identity.appVersion, to: &json)
         json += "},\"properties\":{"
         json += identity.staticProperties
-        json += ",\"$pid\":\(getpid())"
+        json += ",\"$pid\":\(pid)"
         if let extra = event.extra { json += "," + extra }
         for (key, value) in event.properties {
             json += ","

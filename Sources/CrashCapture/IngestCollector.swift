@@ -259,24 +259,22 @@ public final class IngestCollector: @unchecked Sendable {
     }
 
     func ingest(_ body: Data) -> Response {
-        let objects: [[String: Any]]
+        let elements: [(object: [String: Any], text: String)]
         do {
-            objects = try WireFormat.decode(body: body)
+            elements = try WireFormat.decodeWithText(body: body)
         } catch {
             return Response(status: 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
         }
         var rows: [(id: String, payload: String)] = []
-        for (index, object) in objects.enumerated() {
+        for (index, (object, text)) in elements.enumerated() {
             guard let id = object["event_id"] as? String, !id.isEmpty else {
                 return Response(status: 400, body: "{\"error\":\"event \(index) has no event_id\"}")
             }
             guard object["event"] is String, object["properties"] is [String: Any] else {
                 return Response(status: 400, body: "{\"error\":\"event \(index) lacks event or properties\"}")
             }
-            guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
-                return Response(status: 400, body: "{\"error\":\"event \(index) is not serializable\"}")
-            }
-            rows.append((id, String(decoding: data, as: UTF8.self)))
+            // Stored exactly as it arrived.
+            rows.append((id, text))
         }
         do {
             let result = try store.insert(rows)

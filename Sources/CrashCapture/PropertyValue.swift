@@ -23,7 +23,7 @@ public enum PropertyRules {
     public static let maximumKeyLength = 100
     public static let maximumStringBytes = 8191
     public static let maximumListCount = 500
-    static let reservedNames: Set<String> = [
+    static let reservedNames: [String] = [
         "distinct_id", "original_id", "time", "properties", "id", "first_id", "second_id", "users", "events",
         "event", "user_id", "date", "datetime",
     ]
@@ -45,9 +45,19 @@ public enum PropertyRules {
                 throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" must match [A-Za-z_][A-Za-z0-9_]*")
             }
         }
-        if reservedNames.contains(name.lowercased()) {
+        if isReserved(name) {
             throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" is a reserved name")
         }
+    }
+
+    /// Case-insensitive, without allocating: track() runs this on the caller's thread.
+    static func isReserved(_ name: String) -> Bool {
+        let count = name.utf8.count
+        guard count >= 2 && count <= 11 else { return false }
+        for reserved in reservedNames where reserved.utf8.count == count {
+            if zip(name.utf8, reserved.utf8).allSatisfy({ $0 | 0x20 == $1 }) { return true }
+        }
+        return false
     }
 
     public static func validate(_ properties: [String: PropertyValue]) throws {

@@ -209,6 +209,8 @@ public final class Uploader: @unchecked Sendable {
         var request = URLRequest(url: endpoint, timeoutInterval: timeout)
         request.httpMethod = "POST"
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        // libcurl would otherwise wait for "100 Continue" before sending a body over 1 KiB.
+        request.setValue("", forHTTPHeaderField: "Expect")
         request.httpBody = body
         let done = DispatchSemaphore(value: 0)
         let result = Box<Outcome>(.retry("no response"))

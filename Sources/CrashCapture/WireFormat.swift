@@ -22,6 +22,13 @@ public enum WireFormat {
     /// Parses and verifies a request body; returns the events as JSON objects, in order.
     /// Every way a body can be wrong is an error naming what is wrong.
     public static func decode(body: Data, maximumInflated: Int = 64 << 20) throws -> [[String: Any]] {
+        try decodeWithText(body: body, maximumInflated: maximumInflated).map(\.object)
+    }
+
+    /// Like `decode`, with each event's own JSON text as it arrived (to store it unchanged).
+    public static func decodeWithText(body: Data, maximumInflated: Int = 64 << 20) throws -> [(
+        object: [String: Any], text: String
+    )] {
         guard let text = String(data: body, encoding: .utf8) else { throw WireError("body is not UTF-8") }
         var fields: [String: String] = [:]
         for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
@@ -44,10 +51,67 @@ public enum WireFormat {
         guard let array = try? JSONSerialization.jsonObject(with: json) as? [Any] else {
             throw WireError("data_list is not a JSON array")
         }
+        let bytes = [UInt8](json)
+        let ranges = elementRanges(bytes)
+        guard ranges.count == array.count else { throw WireError("data_list elements could not be delimited") }
         return try array.enumerated().map { index, element in
             guard let object = element as? [String: Any] else { throw WireError("element \(index) is not an object") }
-            return object
+            return (object, String(decoding: bytes[ranges[index]], as: UTF8.self))
         }
+    }
+
+    /// Where each top-level element of a JSON array (already known to be valid) starts and ends.
+    static func elementRanges(_ bytes: [UInt8]) -> [Range<Int>] {
+        var ranges: [Range<Int>] = []
+        var depth = 0
+        var inString = false
+        var escaped = false
+        var start: Int?
+        for (index, byte) in bytes.enumerated() {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == 0x5c {
+                    escaped = true
+                } else if byte == 0x22 {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case 0x22:
+                inString = true
+                if depth == 1 && start == nil { start = index }
+            case 0x5b, 0x7b:
+                if depth == 1 && start == nil { start = index }
+                depth += 1
+            case 0x5d, 0x7d:
+                depth -= 1
+                if depth == 1, byte == 0x7d || byte == 0x5d, let first = start {
+                    ranges.append(first..<index + 1)
+                    start = nil
+                } else if depth == 0, let first = start {
+                    ranges.append(first..<trimmedEnd(bytes, first, index))
+                    start = nil
+                }
+            case 0x2c:
+                if depth == 1, let first = start {
+                    ranges.append(first..<trimmedEnd(bytes, first, index))
+                    start = nil
+                }
+            case 0x20, 0x0a, 0x0d, 0x09:
+                break
+            default:
+                if depth == 1 && start == nil { start = index }
+            }
+        }
+        return ranges
+    }
+
+    private static func trimmedEnd(_ bytes: [UInt8], _ start: Int, _ end: Int) -> Int {
+        var stop = end
+        while stop > start, [0x20, 0x0a, 0x0d, 0x09].contains(bytes[stop - 1]) { stop -= 1 }
+        return stop
     }
 
     static let formSafe: CharacterSet = {

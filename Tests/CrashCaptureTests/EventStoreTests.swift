@@ -158,3 +158,15 @@ import Testing
         #expect(try WireFormat.gunzip(bomb, maximumBytes: 8 << 20).count == 4 << 20)
     }
 }
+
+@Suite struct WireFormatElementTests {
+    @Test func eventsKeepTheirOwnTextThroughDecoding() throws {
+        let events = [
+            "{\"event_id\":\"a\",\"s\":\"comma, bracket ] brace } quote \\\" end\"}",
+            "{\"event_id\":\"b\",\"list\":[1,[2],{\"x\":3}]}",
+        ]
+        let decoded = try WireFormat.decodeWithText(body: try WireFormat.encode(events: events))
+        #expect(decoded.map(\.text) == events)
+        #expect(decoded.map { $0.object["event_id"] as? String } == ["a", "b"])
+    }
+}
