@@ -55,7 +55,10 @@ public enum PropertyRules {
         let count = name.utf8.count
         guard count >= 2 && count <= 11 else { return false }
         for reserved in reservedNames where reserved.utf8.count == count {
-            if zip(name.utf8, reserved.utf8).allSatisfy({ $0 | 0x20 == $1 }) { return true }
+            let folded = zip(name.utf8, reserved.utf8).allSatisfy { byte, lower in
+                (byte >= 0x41 && byte <= 0x5a ? byte | 0x20 : byte) == lower
+            }
+            if folded { return true }
         }
         return false
     }

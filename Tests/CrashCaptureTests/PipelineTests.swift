@@ -271,6 +271,9 @@ final class Locked<T>: @unchecked Sendable {
         #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("$Custom", kind: "event name") }
         #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("1st", kind: "event name") }
         #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("event", kind: "event name") }
+        #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("Distinct_ID", kind: "property key") }
+        #expect(throws: CrashCaptureError.self) { try PropertyRules.validateName("DateTime", kind: "property key") }
+        try PropertyRules.validateName("distinct_ids", kind: "property key")
         #expect(throws: CrashCaptureError.self) {
             try PropertyRules.validateName(String(repeating: "a", count: 101), kind: "event name")
         }
