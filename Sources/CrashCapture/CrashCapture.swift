@@ -244,6 +244,15 @@ extension CrashCapture {
         {
             pipeline.setLoginID(saved)
         }
+        // Crash files of earlier sessions go in first, so the store keeps the order events happened in.
+        let replayer = CrashReplayer(directory: directory, store: store)
+        pipeline.onWriter {
+            let summary = replayer.replayAll()
+            for file in summary.files where file.outcome == .damaged {
+                FileHandle.standardError.write(
+                    Data("CrashCapture: damaged crash file \(file.path) moved to \(file.movedTo ?? "?")\n".utf8))
+            }
+        }
         if configuration.trackLifecycle {
             pipeline.enqueue(
                 PendingEvent(

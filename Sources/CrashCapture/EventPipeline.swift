@@ -70,6 +70,11 @@ final class EventPipeline: @unchecked Sendable {
         if schedule { writer.async { self.drain() } }
     }
 
+    /// Runs work on the writer queue, ahead of events tracked after this call.
+    func onWriter(_ work: @escaping @Sendable () -> Void) {
+        writer.async(execute: work)
+    }
+
     var currentLoginID: String? {
         lock.lock()
         defer { lock.unlock() }

@@ -8,7 +8,7 @@ struct Crashcap: ParsableCommand {
         commandName: "crashcap",
         abstract: "Capture, check, read and replay crash reports of Linux processes.",
         version: "0.1.0",
-        subcommands: [Harness.self, Collect.self, Show.self]
+        subcommands: [Harness.self, Show.self, Replay.self, Upload.self, Collect.self]
     )
 }
 

@@ -1,0 +1,176 @@
+import ArgumentParser
+import CrashCapture
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The options every command that works on a capture directory shares.
+struct DirectoryOptions: ParsableArguments {
+    @Argument(help: "The capture directory (crash files and events.sqlite).")
+    var directory: String
+
+    @Option(help: "The event store (default: DIRECTORY/events.sqlite).")
+    var store: String?
+
+    func openStore() throws -> EventStore {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw Crashcap.fail("not a directory: \(directory)", code: 66)
+        }
+        do {
+            let opened = try EventStore(path: store ?? directory + "/events.sqlite")
+            if let moved = opened.movedAside {
+                FileHandle.standardError.write(
+                    Data("crashcap: the event store was \(moved.reason); moved to \(moved.path)\n".utf8))
+            }
+            return opened
+        } catch {
+            throw Crashcap.fail("cannot open the event store: \(error)", code: 74)
+        }
+    }
+}
+
+struct UploadTarget: ParsableArguments {
+    @Option(
+        name: .customLong("upload"), help: "Upload pending events to this ingest URL (or set CRASHCAPTURE_SERVER_URL).")
+    var url: String?
+
+    @Flag(help: "Allow plain http to a host that is not this machine.")
+    var allowInsecureHTTP = false
+
+    @Option(help: "Give up on uploading after this many seconds.")
+    var uploadTimeout: Double = 60
+
+    var endpoint: URL? {
+        get throws {
+            guard let text = url ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"], !text.isEmpty else {
+                return nil
+            }
+            guard let parsed = URL(string: text), parsed.host != nil else {
+                throw Crashcap.fail("not a URL: \(text)", code: 64)
+            }
+            return parsed
+        }
+    }
+
+    /// Sends everything pending; returns whether the store is empty afterwards.
+    func upload(_ store: EventStore, to endpoint: URL) throws -> Bool {
+        var options = UploadOptions()
+        options.allowInsecureHTTP = allowInsecureHTTP
+        let uploader: Uploader
+        do {
+            uploader = try Uploader(endpoint: endpoint, store: store, options: options)
+        } catch {
+            throw Crashcap.fail("\(error)", code: 64)
+        }
+        let before = store.count
+        uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
+        let stats = uploader.statistics
+        print("uploaded \(stats.acceptedEvents) of \(before) events to \(endpoint)")
+        if stats.rejectedBatches > 0 {
+            print("\(stats.rejectedBatches) batches were refused by the server and kept in rejected_events")
+        }
+        if store.count > 0 {
+            FileHandle.standardError.write(
+                Data("crashcap: \(store.count) events still pending: \(stats.lastError ?? "time ran out")\n".utf8))
+            return false
+        }
+        return true
+    }
+}
+
+extension Crashcap {
+    struct Replay: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Import the crash files in a directory into its event store, then upload.",
+            discussion: """
+                Each crash file's records are verified, its stack symbolicated, and its events stored \
+                exactly once; the file is then deleted (or archived). Damaged files go to DIRECTORY/damaged \
+                with a note of what was wrong where. Exit status 65 when any file was damaged, 75 when \
+                events are left unsent.
+                """)
+
+        @OptionGroup var options: DirectoryOptions
+        @OptionGroup var target: UploadTarget
+
+        @Flag(help: "Keep imported crash files in DIRECTORY/archive instead of deleting them.")
+        var archive = false
+
+        @Flag(help: "Print the outcome per file as JSON.")
+        var json = false
+
+        mutating func run() throws {
+            let store = try options.openStore()
+            let endpoint = try target.endpoint
+            var replayer = CrashReplayer(directory: options.directory, store: store)
+            replayer.archive = archive
+            let bar = ProgressBar(enabled: !json && isatty(STDERR_FILENO) == 1)
+            let summary = replayer.replayAll { done, total in bar.update(done, of: total) }
+            bar.finish()
+            if json {
+                let files = summary.files.map { file -> [String: Any] in
+                    [
+                        "path": file.path, "outcome": file.outcome.rawValue, "imported_events": file.importedEvents,
+                        "problems": file.problems.map(\.description), "moved_to": file.movedTo ?? NSNull(),
+                    ]
+                }
+                let data = try JSONSerialization.data(withJSONObject: files, options: [.sortedKeys, .prettyPrinted])
+                print(String(decoding: data, as: UTF8.self))
+            } else {
+                print(
+                    "\(summary.files.count) crash files: \(summary.count(.imported)) imported "
+                        + "(\(summary.importedEvents) events), \(summary.count(.alreadyImported)) already imported, "
+                        + "\(summary.count(.noCrash)) without a crash, \(summary.count(.skippedLive)) live, "
+                        + "\(summary.count(.damaged)) damaged")
+                for file in summary.files where file.outcome == .damaged {
+                    print("damaged: \(file.path) -> \(file.movedTo ?? "left in place")")
+                    file.problems.forEach { print("  \($0)") }
+                }
+            }
+            var complete = true
+            if let endpoint { complete = try target.upload(store, to: endpoint) }
+            if summary.count(.damaged) > 0 { throw ExitCode(65) }
+            if !complete { throw ExitCode(75) }
+        }
+    }
+
+    struct Upload: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Upload the events pending in a directory's store.",
+            discussion: "Exit status 75 when events are left unsent (the server failed or time ran out).")
+
+        @OptionGroup var options: DirectoryOptions
+        @OptionGroup var target: UploadTarget
+
+        mutating func run() throws {
+            guard let endpoint = try target.endpoint else {
+                throw Crashcap.fail("no endpoint: pass --upload URL or set CRASHCAPTURE_SERVER_URL", code: 64)
+            }
+            let store = try options.openStore()
+            if !(try target.upload(store, to: endpoint)) { throw ExitCode(75) }
+        }
+    }
+}
+
+/// A one-line progress bar on a terminal; nothing otherwise.
+final class ProgressBar {
+    let enabled: Bool
+    private var last = -1
+    init(enabled: Bool) { self.enabled = enabled }
+
+    func update(_ done: Int, of total: Int) {
+        guard enabled, total > 20 else { return }
+        let percent = done * 100 / total
+        guard percent != last else { return }
+        last = percent
+        let filled = percent / 4
+        let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: 25 - filled)
+        FileHandle.standardError.write(Data("\r[\(bar)] \(done)/\(total)".utf8))
+    }
+
+    func finish() {
+        if enabled && last >= 0 { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}

@@ -1,0 +1,183 @@
+import CrashCapture
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+@Suite struct CrashReplayerTests {
+    /// A directory holding one real crash file from a Swift force-unwrap.
+    func crashedDirectory(_ kind: String = "swift-force-unwrap") throws -> String {
+        let directory = makeTemporaryDirectory("replay")
+        let result = try run(
+            Paths.swiftSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(result.signal == SIGILL || result.signal == SIGSEGV)
+        try #require(crashFiles(in: directory).count == 1)
+        return directory
+    }
+
+    func objects(_ store: EventStore) throws -> [[String: Any]] {
+        try store.events().compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+        }
+    }
+
+    @Test func importsOnceSymbolicatesAndDeletes() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let copy = try Data(contentsOf: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        #expect(summary.count(.imported) == 1 && summary.importedEvents == 2)
+        #expect(crashFiles(in: directory).isEmpty, "an imported file is deleted")
+        let crashed = try #require(try objects(store).first { $0["event"] as? String == "$AppCrashed" })
+        let frames = try #require((crashed["crash"] as? [String: Any])?["frames"] as? [[String: Any]])
+        #expect(frames.prefix(6).contains { ($0["function"] as? String)?.contains("crashSwiftForceUnwrap") == true })
+        let reason = try #require((crashed["properties"] as? [String: Any])?["app_crashed_reason"] as? String)
+        #expect(reason.contains("crashSwiftForceUnwrap"))
+        #expect(reason.contains("Unexpectedly found nil"))
+        #expect((crashed["properties"] as? [String: Any])?["crash_fdatasync_ms"] != nil)
+        // Killed after importing, before deleting: the file is back, the events are not doubled.
+        try copy.write(to: URL(fileURLWithPath: file))
+        let again = CrashReplayer(directory: directory, store: store).replayAll()
+        #expect(again.count(.alreadyImported) == 1)
+        #expect(store.count == 2)
+        #expect(crashFiles(in: directory).isEmpty)
+    }
+
+    @Test func uploadedEventsAreNotImportedAgain() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let copy = try Data(contentsOf: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        _ = CrashReplayer(directory: directory, store: store).replayAll()
+        try store.complete(try #require(try store.claimBatch(limit: 10)))
+        try copy.write(to: URL(fileURLWithPath: file))
+        _ = CrashReplayer(directory: directory, store: store).replayAll()
+        #expect(store.count == 0)
+    }
+
+    @Test func tornFileKeepsItsWholeRecordsAndIsMovedAsideWithANote() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let contents = CrashFileReader.parse(bytes)
+        let end = contents.records[2]  // session, $AppCrashed, $AppEnd, timing
+        try Data(bytes[0..<(end.offset + 30)]).write(to: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        let result = try #require(summary.files.first)
+        #expect(result.importedEvents == 1, "the whole $AppCrashed record is recovered")
+        #expect(result.problems.contains { $0.offset == end.offset && $0.reason.contains("truncated") })
+        let moved = try #require(result.movedTo)
+        #expect(moved.contains("/damaged/"))
+        let note = try String(contentsOfFile: moved + ".txt", encoding: .utf8)
+        #expect(note.contains("offset \(end.offset)"))
+    }
+
+    @Test(arguments: ["zeros", "foreign", "empty", "random"])
+    func fileThatIsNotACrashReportIsMovedAside(kind: String) throws {
+        let directory = makeTemporaryDirectory("foreign")
+        let path = directory + "/crash-\(kind).ccr"
+        let data: Data
+        switch kind {
+        case "zeros": data = Data(count: 256 * 1024)
+        case "foreign": data = Data("{\"this\":\"is JSON, not a crash file\"}".utf8)
+        case "empty": data = Data()
+        default: data = Data((0..<5000).map { _ in UInt8.random(in: 0...255) })
+        }
+        try data.write(to: URL(fileURLWithPath: path))
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        #expect(summary.files.first?.outcome == .damaged)
+        #expect(summary.files.first?.movedTo?.contains("/damaged/") == true)
+        #expect(store.count == 0)
+        #expect(crashFiles(in: directory).isEmpty)
+    }
+
+    @Test func lockedFileOfALiveProcessIsLeftAlone() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let holder = open(file, O_RDONLY)
+        defer { close(holder) }
+        #expect(flock(holder, LOCK_EX) == 0)
+        // flock conflicts between open file descriptions, even within one process.
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        #expect(summary.files.first?.outcome == .skippedLive)
+        #expect(crashFiles(in: directory).count == 1)
+        #expect(store.count == 0)
+    }
+
+    @Test func nextStartReplaysAutomaticallyAndTheCollectorGetsTheWholeSession() throws {
+        let collector = try CollectorProcess()
+        let directory = makeTemporaryDirectory("restart")
+        let environment = [
+            "CRASHCAPTURE_DIR": directory, "CRASHCAPTURE_SERVER_URL": collector.url, "SWIFT_BACKTRACE": "enable=no",
+            "CRASH_SAMPLE_EVENTS": "3",
+        ]
+        let crashed = try run(Paths.swiftSample, ["pipeline-crash"], environment: environment)
+        #expect(crashed.signal == SIGSEGV)
+        let restarted = try run(Paths.swiftSample, ["pipeline-track"], environment: environment)
+        #expect(restarted.exitCode == 0, "\(restarted.stderr)")
+        let events = try collector.events()
+        let sessions = events.compactMap { $0["session_id"] as? String }
+        let first = try #require(sessions.first)
+        let session = events.filter { $0["session_id"] as? String == first }
+        #expect(session.compactMap { $0["event"] as? String }.filter { $0 == "$AppEnd" }.count == 1)
+        #expect(session.first?["event"] as? String == "$AppStart")
+        let crash = try #require(session.first { $0["event"] as? String == "$AppCrashed" })
+        let frames = (crash["crash"] as? [String: Any])?["frames"] as? [[String: Any]] ?? []
+        #expect(frames.prefix(4).contains { ($0["function"] as? String)?.contains("crashSwiftNullRead") == true })
+        #expect(Set(sessions).count == 2)
+        #expect(crashFiles(in: directory).isEmpty)
+        let ids = events.compactMap { $0["event_id"] as? String }
+        #expect(Set(ids).count == ids.count)
+    }
+}
+
+/// The CLI as people run it.
+@Suite struct CrashcapCommandTests {
+    @Test func replayAndShowExitCodes() throws {
+        let missing = try run(Paths.crashcap, ["replay", "/nonexistent/dir"])
+        #expect(missing.exitCode == 66 && missing.stderr.contains("not a directory"))
+        let showMissing = try run(Paths.crashcap, ["show", "/nonexistent/file.ccr"])
+        #expect(showMissing.exitCode == 66)
+        let noEndpoint = try run(Paths.crashcap, ["upload", makeTemporaryDirectory("up")])
+        #expect(noEndpoint.exitCode == 64 && noEndpoint.stderr.contains("no endpoint"))
+        let badURL = try run(
+            Paths.crashcap, ["upload", makeTemporaryDirectory("up"), "--upload", "http://example.com/sa"])
+        #expect(badURL.exitCode == 64 && badURL.stderr.contains("https"))
+        let damagedDirectory = makeTemporaryDirectory("cli-damaged")
+        try Data("garbage".utf8).write(to: URL(fileURLWithPath: damagedDirectory + "/crash-x.ccr"))
+        let damaged = try run(Paths.crashcap, ["replay", damagedDirectory])
+        #expect(damaged.exitCode == 65)
+        #expect(damaged.stdout.contains("damaged: "))
+    }
+
+    @Test func showPrintsAReadableReportWithoutColourWhenPiped() throws {
+        let directory = makeTemporaryDirectory("show")
+        _ = try run(Paths.cSample, ["cxx-runtime-error"], environment: ["CRASHCAPTURE_DIR": directory])
+        let text = try run(Paths.crashcap, ["show", directory])
+        #expect(text.exitCode == 0)
+        #expect(text.stdout.contains("signal:   SIGABRT (SI_TKILL)"))
+        #expect(text.stdout.contains("exception: St13runtime_error"))
+        #expect(text.stdout.contains("sample_throw_runtime_error"))
+        #expect(!text.stdout.contains("\u{1b}["), "no colour codes when stdout is not a terminal")
+        let json = try run(Paths.crashcap, ["show", directory, "--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let frames = try #require(object["frames"] as? [[String: Any]])
+        #expect(frames.contains { $0["function"] as? String == "sample_throw_runtime_error" })
+    }
+
+    @Test func replayJSONReportsEachFile() throws {
+        let directory = makeTemporaryDirectory("json")
+        _ = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
+        let result = try run(Paths.crashcap, ["replay", directory, "--json"])
+        #expect(result.exitCode == 0)
+        let files = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])
+        #expect(files.count == 1 && files[0]["outcome"] as? String == "imported")
+        #expect(files[0]["imported_events"] as? Int == 2)
+    }
+}
