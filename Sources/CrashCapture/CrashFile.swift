@@ -65,6 +65,9 @@ public enum CrashFileReader {
         var contents = CrashFileContents()
         contents.byteCount = bytes.count
         var offset = 0
+        // Resynchronising after damage may checksum the same bytes again; a crafted file could
+        // make that quadratic. Four passes over the file are more than any honest damage needs.
+        var budget = max(4 * bytes.count, 4 << 20)
         while offset < bytes.count {
             if bytes[offset] == 0 {
                 guard let next = bytes[offset...].firstIndex(where: { $0 != 0 }) else { break }
@@ -73,7 +76,12 @@ public enum CrashFileReader {
                 offset = next
                 continue
             }
-            switch parseRecord(bytes, at: offset) {
+            guard budget > 0 else {
+                contents.problems.append(
+                    CrashFileProblem(offset: offset, reason: "too much damage to scan further; the rest was not read"))
+                break
+            }
+            switch parseRecord(bytes, at: offset, budget: &budget) {
             case .success(let record):
                 contents.records.append(record)
                 offset += CrashFileFormat.headerSize + record.payload.count
@@ -85,7 +93,9 @@ public enum CrashFileReader {
         return contents
     }
 
-    private static func parseRecord(_ bytes: [UInt8], at offset: Int) -> Result<CrashRecord, CrashFileProblem> {
+    private static func parseRecord(_ bytes: [UInt8], at offset: Int, budget: inout Int) -> Result<
+        CrashRecord, CrashFileProblem
+    > {
         let available = bytes.count - offset
         guard available >= CrashFileFormat.headerSize else {
             return .failure(.init(offset: offset, reason: "truncated record header (\(available) bytes)"))
@@ -107,6 +117,7 @@ public enum CrashFileReader {
                         + "\(available - CrashFileFormat.headerSize) present"))
         }
         let start = offset + CrashFileFormat.headerSize
+        budget -= length + 8
         var crc = CRC32.update(0, bytes[offset + 4..<offset + 12])
         crc = CRC32.update(crc, bytes[start..<start + length])
         guard crc == expected else {

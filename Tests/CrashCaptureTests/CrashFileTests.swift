@@ -91,3 +91,28 @@ import Testing
         }
     }
 }
+
+@Suite struct CrashFileAdversarialTests {
+    @Test func craftedResyncStormIsBounded() {
+        // A header claiming almost 1 MiB, then a magic every 16 bytes: each candidate would be
+        // checksummed over ~1 MiB if the reader did not bound its work.
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(2 << 20)
+        while bytes.count < 2 << 20 {
+            bytes += Array("CCR1".utf8) + [2, 0, 0, 0] + [0x00, 0x00, 0x0f, 0x00] + [1, 2, 3, 4]
+        }
+        let start = Date()
+        let contents = CrashFileReader.parse(bytes)
+        #expect(Date().timeIntervalSince(start) < 10)
+        #expect(contents.records.isEmpty)
+        #expect(contents.problems.contains { $0.reason.contains("too much damage") })
+    }
+}
+
+@Suite struct FuzzTests {
+    @Test func fuzzerBuildsAndFindsNothingInTenSeconds() throws {
+        let result = try run("/bin/sh", [Paths.packageRoot + "/Fuzz/run.sh", "10"], timeout: 300)
+        #expect(result.exitCode == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.stderr.contains("Done "), "libFuzzer did not run: \(result.stderr.suffix(500))")
+    }
+}
