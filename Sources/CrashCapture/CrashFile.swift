@@ -70,7 +70,7 @@ public enum CrashFileReader {
         var budget = max(4 * bytes.count, 4 << 20)
         while offset < bytes.count {
             if bytes[offset] == 0 {
-                guard let next = bytes[offset...].firstIndex(where: { $0 != 0 }) else { break }
+                guard let next = firstNonZero(bytes, from: offset) else { break }
                 contents.problems.append(
                     CrashFileProblem(offset: next, reason: "data after the zero-filled reserved space"))
                 offset = next
@@ -127,6 +127,26 @@ public enum CrashFileReader {
             return .failure(.init(offset: offset, reason: "unknown record type \(type)"))
         }
         return .success(CrashRecord(type: recordType, offset: offset, payload: Array(bytes[start..<start + length])))
+    }
+
+    /// The reserved tail is mostly zeros: scan it eight bytes at a time.
+    static func firstNonZero(_ bytes: [UInt8], from start: Int) -> Int? {
+        bytes.withUnsafeBytes { raw -> Int? in
+            var index = start
+            while index < raw.count && index % 8 != 0 {
+                if raw[index] != 0 { return index }
+                index += 1
+            }
+            while index + 8 <= raw.count {
+                if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { break }
+                index += 8
+            }
+            while index < raw.count {
+                if raw[index] != 0 { return index }
+                index += 1
+            }
+            return nil
+        }
     }
 
     private static func nextMagic(in bytes: [UInt8], after offset: Int) -> Int? {

@@ -91,10 +91,7 @@ public struct CrashReplayer: Sendable {
             }
             var event = event
             if event["event"] as? String == "$AppCrashed" { event = enrich(event, report: report) }
-            guard let data = try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys]) else {
-                continue
-            }
-            rows.append((id, String(decoding: data, as: UTF8.self)))
+            rows.append((id, JSONText.serialize(event)))
         }
         do {
             let inserted = try store.insert(rows, rememberIDs: true)

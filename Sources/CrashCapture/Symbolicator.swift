@@ -13,6 +13,7 @@ public final class Symbolicator: @unchecked Sendable {
     }
 
     private var images: [String: Result<ELFImage, CrashCaptureError>] = [:]
+    private var names: [String: String] = [:]
     private let lock = NSLock()
 
     public init() {}
@@ -33,12 +34,21 @@ public final class Symbolicator: @unchecked Sendable {
         return loaded
     }
 
+    private func moduleName(_ path: String) -> String {
+        lock.lock()
+        defer { lock.unlock() }
+        if let known = names[path] { return known }
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        names[path] = name
+        return name
+    }
+
     /// `isReturnAddress`: every frame but the first holds the address after a call; look one
     /// byte back so the call's own function is named, not whatever follows it.
     public func symbolicate(
         modulePath: String, buildID: String, offset: UInt64, isReturnAddress: Bool
     ) -> Symbol {
-        let name = (modulePath as NSString).lastPathComponent
+        let name = moduleName(modulePath)
         guard !modulePath.isEmpty, modulePath.hasPrefix("/") else {
             return Symbol(module: name.isEmpty ? "???" : name, note: "no file for this module")
         }

@@ -170,3 +170,23 @@ import Testing
         #expect(decoded.map { $0.object["event_id"] as? String } == ["a", "b"])
     }
 }
+
+@Suite struct JSONWriterTests {
+    @Test func writesWhatTheParserReadsAndWhatSwiftBuilds() throws {
+        let text =
+            "{\"b\":true,\"f\":false,\"i\":-42,\"big\":1795320933540,\"d\":1.5,\"n\":null,\"s\":\"q\\\"\\n\",\"a\":[1,\"x\",[]],\"o\":{}}"
+        let parsed = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        var tree = parsed
+        tree["native"] = ["flag": true, "count": 3, "offset": UInt64(7), "ratio": 0.25] as [String: Any]
+        let written = JSONTextForTests.serialize(tree)
+        let reparsed = try #require(try JSONSerialization.jsonObject(with: Data(written.utf8)) as? [String: Any])
+        #expect(reparsed["b"] as? Bool == true && reparsed["f"] as? Bool == false)
+        #expect(reparsed["i"] as? Int == -42 && reparsed["big"] as? Int == 1_795_320_933_540)
+        #expect(reparsed["d"] as? Double == 1.5 && reparsed["n"] is NSNull && reparsed["s"] as? String == "q\"\n")
+        #expect((reparsed["a"] as? [Any])?.count == 3)
+        let native = try #require(reparsed["native"] as? [String: Any])
+        #expect(native["flag"] as? Bool == true && native["count"] as? Int == 3 && native["offset"] as? Int == 7)
+        #expect(native["ratio"] as? Double == 0.25)
+        #expect(written.contains("\"b\":true") && written.contains("\"flag\":true"))
+    }
+}
