@@ -23,39 +23,17 @@ struct Statistics {
 
 func format(_ value: Double, _ digits: Int = 3) -> String { String(format: "%.\(digits)f", value) }
 
-/// Spawns a program with posix_spawn, waits with waitpid, and returns its wall time in ms and
-/// the signal that ended it. (Foundation's Process polls for the child's end, adding ~50 ms.)
+/// Spawns a program with a clean signal mask, waits with waitpid, and returns its wall time in
+/// ms and the signal that ended it. (Foundation's Process polls for the child's end, adding ~50 ms.)
 func timedRun(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> (
     ms: Double, signal: Int32?
 ) {
     var env = ProcessInfo.processInfo.environment
     env.removeValue(forKey: "CRASHCAPTURE_DIR")
     for (key, value) in environment { env[key] = value }
-    let argv = ([path] + arguments).map { strdup($0) } + [nil]
-    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer {
-        argv.forEach { free($0) }
-        envp.forEach { free($0) }
-    }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var empty = sigset_t()
-    sigemptyset(&empty)
-    var all = sigset_t()
-    sigfillset(&all)
-    posix_spawnattr_setsigmask(&attributes, &empty)
-    posix_spawnattr_setsigdefault(&attributes, &all)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    var pid: pid_t = 0
     let start = DispatchTime.now().uptimeNanoseconds
-    let status = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
-    guard status == 0 else { throw CrashCaptureError.io("posix_spawn \(path): \(String(cString: strerror(status)))") }
+    let pid = try CleanSpawn.spawn(
+        path, arguments: arguments, environment: env, stdout: "/dev/null", stderr: "/dev/null")
     var wait: Int32 = 0
     while waitpid(pid, &wait, 0) < 0 && errno == EINTR {}
     let ms = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
@@ -339,31 +317,22 @@ func replayBenchmarks(files: Int) throws {
     )
 }
 
-var arguments = Array(CommandLine.arguments.dropFirst())
+let arguments = Array(CommandLine.arguments.dropFirst())
 let command = arguments.first ?? "crash"
-var runs = 50
-if let index = arguments.firstIndex(of: "--runs"), index + 1 < arguments.count, let value = Int(arguments[index + 1]) {
-    runs = value
+
+/// The value of `--name N`, or the default.
+func option(_ name: String, default value: Int) -> Int {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return value }
+    return Int(arguments[index + 1]) ?? value
 }
+
 switch command {
 case "crash":
-    try crashBenchmarks(runs: runs)
+    try crashBenchmarks(runs: option("--runs", default: 50))
 case "pipeline":
-    var events = 400_000
-    if let index = arguments.firstIndex(of: "--events"), index + 1 < arguments.count,
-        let value = Int(arguments[index + 1])
-    {
-        events = value
-    }
-    try pipelineBenchmarks(events: events)
+    try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
-    var files = 10_000
-    if let index = arguments.firstIndex(of: "--files"), index + 1 < arguments.count,
-        let value = Int(arguments[index + 1])
-    {
-        files = value
-    }
-    try replayBenchmarks(files: files)
+    try replayBenchmarks(files: option("--files", default: 10_000))
 default:
     FileHandle.standardError.write(
         "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N]\n".data(using: .utf8)!)

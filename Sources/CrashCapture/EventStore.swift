@@ -218,28 +218,38 @@ public final class EventStore: @unchecked Sendable {
         return Batch(token: token, events: events)
     }
 
+    /// Where a batch's rows are: its sequence range (the primary key) and its token, so no
+    /// operation on a batch scans the table.
+    private func batchClause(_ batch: Batch) -> String {
+        let first = batch.events.first?.sequence ?? 0
+        let last = batch.events.last?.sequence ?? -1
+        return "seq BETWEEN \(first) AND \(last) AND in_flight = \(batch.token)"
+    }
+
+    /// Takes a batch's rows out of the in-memory counts, then out of the table.
+    private func remove(_ batch: Batch) throws {
+        let removed = try connection.prepare(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(batchClause(batch))")
+        if try removed.step() {
+            eventCount -= Int(removed.int64(0))
+            eventBytes -= Int(removed.int64(1))
+        }
+        removed.reset()
+        try connection.execute("DELETE FROM events WHERE \(batchClause(batch))")
+    }
+
     /// The batch was accepted: its events leave the store.
     public func complete(_ batch: Batch) throws {
         lock.lock()
         defer { lock.unlock() }
-        try connection.transaction {
-            let removed = try connection.prepare(
-                "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE in_flight = ?")
-            try removed.bind(1, batch.token)
-            if try removed.step() {
-                eventCount -= Int(removed.int64(0))
-                eventBytes -= Int(removed.int64(1))
-            }
-            removed.reset()
-            try connection.execute("DELETE FROM events WHERE in_flight = \(batch.token)")
-        }
+        try connection.transaction { try remove(batch) }
     }
 
     /// The attempt failed in a way worth retrying: the events go back in line, in place.
     public func release(_ batch: Batch) throws {
         lock.lock()
         defer { lock.unlock() }
-        try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight = \(batch.token)")
+        try connection.execute("UPDATE events SET in_flight = 0 WHERE \(batchClause(batch))")
     }
 
     /// The server refused the batch as malformed: keep its events aside, out of the queue,
@@ -252,22 +262,13 @@ public final class EventStore: @unchecked Sendable {
             let move = try connection.prepare(
                 """
                 INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
-                SELECT event_id, payload, ?, ?, ? FROM events WHERE in_flight = ?
+                SELECT event_id, payload, ?, ?, ? FROM events WHERE \(batchClause(batch))
                 """)
             try move.bind(1, Int64(status))
             try move.bind(2, reason)
             try move.bind(3, now)
-            try move.bind(4, batch.token)
             try move.step()
-            let removed = try connection.prepare(
-                "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE in_flight = ?")
-            try removed.bind(1, batch.token)
-            if try removed.step() {
-                eventCount -= Int(removed.int64(0))
-                eventBytes -= Int(removed.int64(1))
-            }
-            removed.reset()
-            try connection.execute("DELETE FROM events WHERE in_flight = \(batch.token)")
+            try remove(batch)
         }
     }
 

@@ -36,37 +36,9 @@ struct Subprocess {
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let outPath = scratch + "/stdout"
         let errPath = scratch + "/stderr"
-        let argv = ([path] + arguments).map { strdup($0) } + [nil]
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
-        }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_addopen(&actions, 2, errPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        // The child starts with no signal blocked and default dispositions, whatever the
-        // spawning thread had: Dispatch worker threads block most signals, and a crash sample
-        // that inherited that mask would not die the way it does when a person runs it.
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        var all = sigset_t()
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        var pid: pid_t = 0
         let start = DispatchTime.now().uptimeNanoseconds
-        let status = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
-        guard status == 0 else {
-            throw CrashCaptureError.io("cannot run \(path): \(String(cString: strerror(status)))")
-        }
+        let pid = try CleanSpawn.spawn(
+            path, arguments: arguments, environment: environment, stdout: outPath, stderr: errPath)
         if let whileRunning { whileRunning(pid, outPath) }
         var wait: Int32 = 0
         var timedOut = false
