@@ -259,25 +259,15 @@ public final class IngestCollector: @unchecked Sendable {
     }
 
     func ingest(_ body: Data) -> Response {
-        let elements: [(object: [String: Any], text: String)]
+        let rows: [(id: String, text: String)]
         do {
-            elements = try WireFormat.decodeWithText(body: body)
+            rows = try WireFormat.decodeEvents(body: body)
         } catch {
             return Response(status: 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
         }
-        var rows: [(id: String, payload: String)] = []
-        for (index, (object, text)) in elements.enumerated() {
-            guard let id = object["event_id"] as? String, !id.isEmpty else {
-                return Response(status: 400, body: "{\"error\":\"event \(index) has no event_id\"}")
-            }
-            guard object["event"] is String, object["properties"] is [String: Any] else {
-                return Response(status: 400, body: "{\"error\":\"event \(index) lacks event or properties\"}")
-            }
-            // Stored exactly as it arrived.
-            rows.append((id, text))
-        }
         do {
-            let result = try store.insert(rows)
+            // Stored exactly as each event arrived.
+            let result = try store.insert(rows.map { (id: $0.id, payload: $0.text) })
             return Response(status: 200, body: "{\"inserted\":\(result.inserted),\"duplicates\":\(result.duplicates)}")
         } catch {
             return Response(status: 500, body: "{\"error\":\(JSONText.quoted("\(error)"))}")

@@ -57,6 +57,7 @@ public final class Uploader: @unchecked Sendable {
     let store: EventStore
     private let session: URLSession
     private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
+    private let bookkeeping = DispatchQueue(label: "CrashCapture.uploader.store", qos: .utility)
     private let lock = NSLock()
     private var flushScheduled = false
     private var failures = 0
@@ -141,7 +142,10 @@ public final class Uploader: @unchecked Sendable {
         lock.unlock()
         // During backoff only the exit flush tries again; the scheduled retry comes later.
         if deadline == nil && Date() < waiting { return }
-        while let batch = try? store.claimBatch(limit: options.batchSize) {
+        var current = prepareNext()
+        var completing: DispatchGroup?
+        defer { completing?.wait() }
+        while let (batch, body) = current {
             var timeout = options.requestTimeout
             if let deadline {
                 timeout = min(timeout, deadline.timeIntervalSinceNow)
@@ -150,29 +154,41 @@ public final class Uploader: @unchecked Sendable {
                     return
                 }
             }
-            let outcome = send(batch, timeout: timeout)
+            // Only one request is on the wire at a time, so batches arrive in order; the local
+            // bookkeeping (claiming and encoding the next batch, deleting the last) overlaps it.
+            let next = Box<(EventStore.Batch, Data)?>(nil)
+            let preparing = DispatchGroup()
+            bookkeeping.async(group: preparing) { next.value = self.prepareNext() }
+            let outcome = send(batch, body: body, timeout: timeout)
+            preparing.wait()
+            completing?.wait()
+            completing = nil
             lock.lock()
             switch outcome {
             case .accepted:
-                try? store.complete(batch)
                 failures = 0
                 retryAt = .distantPast
                 stats.acceptedBatches += 1
                 stats.acceptedEvents += batch.events.count
                 lock.unlock()
+                let group = DispatchGroup()
+                bookkeeping.async(group: group) { try? self.store.complete(batch) }
+                completing = group
             case .rejected(let status, let reason):
-                try? store.reject(batch, status: status, reason: reason)
                 stats.rejectedBatches += 1
                 stats.lastError = "HTTP \(status): \(reason)"
                 lock.unlock()
+                try? store.reject(batch, status: status, reason: reason)
             case .retry(let reason):
-                try? store.release(batch)
                 failures += 1
                 stats.failedAttempts += 1
                 stats.lastError = reason
                 let delay = Self.backoff(failures: failures, options: options)
                 retryAt = Date().addingTimeInterval(delay)
                 lock.unlock()
+                // The next batch goes back too: nothing may overtake the one that failed.
+                if let (claimed, _) = next.value { try? store.release(claimed) }
+                try? store.release(batch)
                 guard let deadline else {
                     queue.asyncAfter(deadline: .now() + delay) { self.flush(deadline: nil) }
                     return
@@ -180,17 +196,25 @@ public final class Uploader: @unchecked Sendable {
                 // A flush with a deadline (at exit) keeps trying, with the same backoff, while time remains.
                 guard deadline.timeIntervalSinceNow > delay + 0.05 else { return }
                 Thread.sleep(forTimeInterval: delay)
+                current = prepareNext()
+                continue
             }
+            current = next.value
         }
     }
 
-    static func backoff(failures: Int, options: UploadOptions) -> Double {
-        let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
-        return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
+    /// The oldest events not yet in flight, claimed, and their request body.
+    private func prepareNext() -> (EventStore.Batch, Data)? {
+        guard let batch = try? store.claimBatch(limit: options.batchSize) else { return nil }
+        guard let body = try? encode(batch) else {
+            try? store.release(batch)
+            return nil
+        }
+        return (batch, body)
     }
 
-    /// One request for one batch. `_flush_time` is added to each event as it leaves.
-    public func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
+    /// The request body; `_flush_time` is added to each event as it leaves.
+    func encode(_ batch: EventStore.Batch) throws -> Data {
         let flushTime = Int64(Date().timeIntervalSince1970 * 1000)
         let events = batch.events.map { event -> String in
             var payload = event.payload
@@ -200,12 +224,24 @@ public final class Uploader: @unchecked Sendable {
             }
             return payload
         }
-        let body: Data
+        return try WireFormat.encode(events: events)
+    }
+
+    static func backoff(failures: Int, options: UploadOptions) -> Double {
+        let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
+        return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
+    }
+
+    /// One request for one batch.
+    public func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
         do {
-            body = try WireFormat.encode(events: events)
+            return send(batch, body: try encode(batch), timeout: timeout)
         } catch {
             return .retry("cannot encode the batch: \(error)")
         }
+    }
+
+    func send(_ batch: EventStore.Batch, body: Data, timeout: Double) -> Outcome {
         var request = URLRequest(url: endpoint, timeoutInterval: timeout)
         request.httpMethod = "POST"
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")

@@ -25,10 +25,45 @@ public enum WireFormat {
         try decodeWithText(body: body, maximumInflated: maximumInflated).map(\.object)
     }
 
+    /// What the collector stores: each event's id and its own JSON text as it arrived, after a
+    /// strict validation of the whole batch. Every way a body can be wrong is an error.
+    public static func decodeEvents(body: Data, maximumInflated: Int = 64 << 20) throws -> [(id: String, text: String)]
+    {
+        let bytes = [UInt8](try jsonPayload(body: body, maximumInflated: maximumInflated))
+        let events: [JSONScanner.Event]
+        do {
+            events = try JSONScanner.events(in: bytes)
+        } catch let failure as JSONScanner.Failure {
+            throw WireError("data_list is not a JSON array of objects: \(failure)")
+        }
+        return try events.enumerated().map { index, event in
+            guard let id = event.eventID, !id.isEmpty else { throw WireError("event \(index) has no event_id") }
+            guard event.hasEventName, event.hasProperties else {
+                throw WireError("event \(index) lacks event or properties")
+            }
+            return (id, String(decoding: bytes[event.text], as: UTF8.self))
+        }
+    }
+
     /// Like `decode`, with each event's own JSON text as it arrived (to store it unchanged).
     public static func decodeWithText(body: Data, maximumInflated: Int = 64 << 20) throws -> [(
         object: [String: Any], text: String
     )] {
+        let json = try jsonPayload(body: body, maximumInflated: maximumInflated)
+        guard let array = try? JSONSerialization.jsonObject(with: json) as? [Any] else {
+            throw WireError("data_list is not a JSON array")
+        }
+        let bytes = [UInt8](json)
+        let ranges = elementRanges(bytes)
+        guard ranges.count == array.count else { throw WireError("data_list elements could not be delimited") }
+        return try array.enumerated().map { index, element in
+            guard let object = element as? [String: Any] else { throw WireError("element \(index) is not an object") }
+            return (object, String(decoding: bytes[ranges[index]], as: UTF8.self))
+        }
+    }
+
+    /// The form fields checked (crc over data_list), base64 and gzip undone: the JSON text.
+    static func jsonPayload(body: Data, maximumInflated: Int) throws -> Data {
         guard let text = String(data: body, encoding: .utf8) else { throw WireError("body is not UTF-8") }
         var fields: [String: String] = [:]
         for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
@@ -42,21 +77,10 @@ public enum WireFormat {
         guard let crc = Int32(crcText) else { throw WireError("crc is not a 32-bit integer") }
         guard crc == javaHashCode(dataList) else { throw WireError("crc mismatch: data_list was altered") }
         guard let packed = Data(base64Encoded: dataList) else { throw WireError("data_list is not base64") }
-        let json: Data
         switch fields["gzip"] ?? "0" {
-        case "1": json = try gunzip(packed, maximumBytes: maximumInflated)
-        case "0": json = packed
+        case "1": return try gunzip(packed, maximumBytes: maximumInflated)
+        case "0": return packed
         default: throw WireError("gzip must be 0 or 1")
-        }
-        guard let array = try? JSONSerialization.jsonObject(with: json) as? [Any] else {
-            throw WireError("data_list is not a JSON array")
-        }
-        let bytes = [UInt8](json)
-        let ranges = elementRanges(bytes)
-        guard ranges.count == array.count else { throw WireError("data_list elements could not be delimited") }
-        return try array.enumerated().map { index, element in
-            guard let object = element as? [String: Any] else { throw WireError("element \(index) is not an object") }
-            return (object, String(decoding: bytes[ranges[index]], as: UTF8.self))
         }
     }
 

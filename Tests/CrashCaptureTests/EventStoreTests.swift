@@ -190,3 +190,42 @@ import Testing
         #expect(written.contains("\"b\":true") && written.contains("\"flag\":true"))
     }
 }
+
+@Suite struct JSONScannerTests {
+    func events(_ json: String) throws -> [(id: String, text: String)] {
+        let data = Data(json.utf8).base64EncodedString()
+        let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscapeForTests(data))"
+        return try WireFormat.decodeEvents(body: Data(form.utf8))
+    }
+
+    @Test func acceptsWhatJSONAllowsAndKeepsTheText() throws {
+        let json = """
+             [ {"event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
+            {"properties":{},"event":"y","event_id":"b"}]
+            """
+        let decoded = try events(json)
+        #expect(decoded.map(\.id) == ["aA", "b"])
+        #expect(decoded[1].text == "{\"properties\":{},\"event\":\"y\",\"event_id\":\"b\"}")
+    }
+
+    @Test(arguments: [
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}},]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":01}}]", "[{\"event_id\":\"a\" \"event\":\"x\"}]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\q\"}}]", "[1]", "{}", "[] x",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":tru}}]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":" + String(repeating: "[", count: 100) + "]}]",
+    ])
+    func rejectsWhatJSONDoesNot(json: String) {
+        #expect(throws: WireError.self) { try events(json) }
+    }
+
+    @Test func namesTheMissingField() {
+        #expect(throws: WireError.self) { try events("[{\"event\":\"x\",\"properties\":{}}]") }
+        do {
+            _ = try events("[{\"event_id\":\"a\",\"properties\":{}}]")
+        } catch {
+            #expect("\(error)".contains("lacks event"))
+        }
+    }
+}
