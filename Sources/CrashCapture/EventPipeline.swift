@@ -133,7 +133,7 @@ final class EventPipeline: @unchecked Sendable {
             rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil, pid: pid)))
         }
         do {
-            try store.insert(rows)
+            try store.insert(rows, context: identity.staticProperties)
             uploader?.noteInserted()
         } catch {
             lock.lock()
@@ -159,7 +159,7 @@ final class EventPipeline: @unchecked Sendable {
         json += ",\"$lib_version\":\"\(CrashCapture.version)\",\"$lib_method\":\"\(event.method)\",\"$app_version\":"
         JSONText.appendQuoted(identity.appVersion, to: &json)
         json += "},\"properties\":{"
-        json += identity.staticProperties
+        json += EventStore.contextMarker
         json += ",\"$pid\":\(pid)"
         if let extra = event.extra { json += "," + extra }
         for (key, value) in event.properties {

@@ -36,7 +36,14 @@ public final class EventStore: @unchecked Sendable {
 
     /// Application id in the SQLite header ("CCAP"): tells our database from someone else's.
     static let applicationID: Int64 = 0x4343_4150
-    static let schemaVersion: Int64 = 1
+    static let schemaVersion: Int64 = 2
+    /// Stands in a stored payload for its session's static properties (the `contexts` row):
+    /// they are most of every event's bytes, so each session stores them once. A raw 0x01
+    /// cannot occur in our JSON, where control characters are always escaped.
+    public static let contextMarker = "\u{1}"
+    /// Every read gives the payload back whole.
+    static let payloadColumn =
+        "CASE WHEN context = 0 THEN payload ELSE replace(payload, char(1), (SELECT text FROM contexts WHERE id = context)) END"
 
     public let path: String
     public let limits: Limits
@@ -93,6 +100,8 @@ public final class EventStore: @unchecked Sendable {
             if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
             _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
             try connection.execute("PRAGMA synchronous = NORMAL")
+            // After a burst the WAL file shrinks back instead of keeping its largest size.
+            try connection.execute("PRAGMA journal_size_limit = 16777216")
             try connection.execute(
                 """
                 PRAGMA application_id = \(applicationID);
@@ -101,7 +110,9 @@ public final class EventStore: @unchecked Sendable {
                     event_id TEXT NOT NULL UNIQUE,
                     payload TEXT NOT NULL,
                     bytes INTEGER NOT NULL,
-                    in_flight INTEGER NOT NULL DEFAULT 0);
+                    in_flight INTEGER NOT NULL DEFAULT 0,
+                    context INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE IF NOT EXISTS contexts(id INTEGER PRIMARY KEY, text TEXT NOT NULL UNIQUE);
                 CREATE TABLE IF NOT EXISTS rejected_events(
                     event_id TEXT PRIMARY KEY,
                     payload TEXT NOT NULL,
@@ -131,19 +142,23 @@ public final class EventStore: @unchecked Sendable {
 
     private func prepareStatements() throws {
         insertStatement = try connection.prepare(
-            "INSERT OR IGNORE INTO events(event_id, payload, bytes) VALUES (?, ?, ?)")
+            "INSERT OR IGNORE INTO events(event_id, payload, bytes, context) VALUES (?, ?, ?, ?)")
         rememberStatement = try connection.prepare("INSERT OR IGNORE INTO imported_ids(event_id) VALUES (?)")
         seenStatement = try connection.prepare("SELECT 1 FROM imported_ids WHERE event_id = ?")
     }
 
     /// Appends events in the given order in one transaction. An event id already present (or,
     /// with `rememberIDs`, ever imported before) is skipped and counted as a duplicate.
+    /// `context`: the text that `contextMarker` stands for in these payloads (stored once).
     @discardableResult
-    public func insert(_ events: [(id: String, payload: String)], rememberIDs: Bool = false) throws -> InsertResult {
+    public func insert(
+        _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil
+    ) throws -> InsertResult {
         lock.lock()
         defer { lock.unlock() }
         var result = InsertResult()
         try connection.transaction {
+            let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
             for event in events {
                 if rememberIDs {
                     seenStatement.reset()
@@ -162,6 +177,7 @@ public final class EventStore: @unchecked Sendable {
                 try insertStatement.bind(1, event.id)
                 try insertStatement.bind(2, event.payload)
                 try insertStatement.bind(3, Int64(event.payload.utf8.count))
+                try insertStatement.bind(4, contextRow)
                 try insertStatement.step()
                 if connection.changes == 1 {
                     result.inserted += 1
@@ -174,6 +190,21 @@ public final class EventStore: @unchecked Sendable {
             result.dropped = try enforceLimits()
         }
         return result
+    }
+
+    private var contextIDs: [String: Int64] = [:]
+
+    private func contextID(for text: String) throws -> Int64 {
+        if let known = contextIDs[text] { return known }
+        let insert = try connection.prepare("INSERT OR IGNORE INTO contexts(text) VALUES (?)")
+        try insert.bind(1, text)
+        try insert.step()
+        let select = try connection.prepare("SELECT id FROM contexts WHERE text = ?")
+        try select.bind(1, text)
+        defer { select.reset() }
+        guard try select.step() else { throw CrashCaptureError.io("cannot record the event context") }
+        contextIDs[text] = select.int64(0)
+        return select.int64(0)
     }
 
     /// Drops the oldest events (never ones in flight) until both limits hold again.
@@ -204,7 +235,8 @@ public final class EventStore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let select = try connection.prepare(
-            "SELECT seq, event_id, payload FROM events WHERE in_flight = 0 ORDER BY seq LIMIT \(max(1, limit))")
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE in_flight = 0 ORDER BY seq LIMIT \(max(1, limit))"
+        )
         var events: [Event] = []
         while try select.step() {
             events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
@@ -262,7 +294,7 @@ public final class EventStore: @unchecked Sendable {
             let move = try connection.prepare(
                 """
                 INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
-                SELECT event_id, payload, ?, ?, ? FROM events WHERE \(batchClause(batch))
+                SELECT event_id, \(Self.payloadColumn), ?, ?, ? FROM events WHERE \(batchClause(batch))
                 """)
             try move.bind(1, Int64(status))
             try move.bind(2, reason)
@@ -277,7 +309,7 @@ public final class EventStore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let select = try connection.prepare(
-            "SELECT seq, event_id, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
         try select.bind(1, sequence)
         try select.bind(2, Int64(limit))
         var events: [Event] = []

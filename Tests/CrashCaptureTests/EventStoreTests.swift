@@ -229,3 +229,24 @@ import Testing
         }
     }
 }
+
+@Suite struct EventContextTests {
+    @Test func staticPropertiesAreStoredOnceAndReadBackWhole() throws {
+        let path = makeTemporaryDirectory("context") + "/events.sqlite"
+        let store = try EventStore(path: path)
+        let context = "\"$app_name\":\"demo\",\"$os\":\"Linux\""
+        let payloads = (0..<3).map {
+            (id: "c\($0)", payload: "{\"event\":\"e\",\"properties\":{\(EventStore.contextMarker),\"n\":\($0)}}")
+        }
+        try store.insert(payloads, context: context)
+        #expect(store.byteCount < payloads.reduce(0) { $0 + $1.payload.utf8.count + context.utf8.count })
+        let read = try store.events()
+        #expect(read[0].payload == "{\"event\":\"e\",\"properties\":{\(context),\"n\":0}}")
+        let batch = try #require(try store.claimBatch(limit: 10))
+        #expect(batch.events.map(\.payload) == read.map(\.payload))
+        try store.reject(batch, status: 400, reason: "x")
+        let dump = try run(
+            "/usr/bin/env", ["sqlite3", path, "SELECT payload FROM rejected_events ORDER BY event_id LIMIT 1"])
+        #expect(dump.stdout.trimmingCharacters(in: .newlines) == read[0].payload, "rejected events are kept whole")
+    }
+}
