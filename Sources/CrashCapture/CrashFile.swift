@@ -175,8 +175,15 @@ public enum CRC32 {
     }
 
     public static func update(_ crc: UInt32, _ bytes: some Collection<UInt8>) -> UInt32 {
-        var value = ~crc
-        for byte in bytes { value = table[Int((value ^ UInt32(byte)) & 0xff)] ^ (value >> 8) }
-        return ~value
+        if let result = bytes.withContiguousStorageIfAvailable({ update(crc, $0) }) { return result }
+        return update(crc, Array(bytes))
+    }
+
+    static func update(_ crc: UInt32, _ bytes: UnsafeBufferPointer<UInt8>) -> UInt32 {
+        table.withUnsafeBufferPointer { table in
+            var value = ~crc
+            for byte in bytes { value = table[Int((value ^ UInt32(byte)) & 0xff)] ^ (value >> 8) }
+            return ~value
+        }
     }
 }

@@ -130,6 +130,8 @@ public struct CrashReplayer: Sendable {
             if let function = symbol.function { frames[index]["function"] = function }
             if let within = symbol.offsetInFunction { frames[index]["function_offset"] = within }
             if let note = symbol.note { frames[index]["symbol_note"] = note }
+            if let file = symbol.file { frames[index]["file"] = file }
+            if let line = symbol.line { frames[index]["line"] = line }
         }
         crash["frames"] = frames
         crash["symbolicated"] = true
@@ -158,6 +160,7 @@ public struct CrashReplayer: Sendable {
             var line = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
             if let function = symbol.function {
                 line += " " + function + " + \(symbol.offsetInFunction ?? 0)"
+                if let file = symbol.file, let number = symbol.line { line += " at \(file):\(number)" }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
             }

@@ -60,6 +60,8 @@ public struct CrashReport: @unchecked Sendable {
         self.events = events
         self.timing = timing
         self.problems = problems
+        frames = Self.decodeFrames(details)
+        modules = Self.decodeModules(details)
     }
 
     public init(path: String) throws {
@@ -80,7 +82,11 @@ public struct CrashReport: @unchecked Sendable {
     public var reason: String? { properties["app_crashed_reason"] as? String }
     public var handlerFaults: [String] { properties["crash_handler_faults"] as? [String] ?? [] }
 
-    public var frames: [Frame] {
+    /// Decoded once, at init: replay and rendering read them several times.
+    public private(set) var frames: [Frame] = []
+    public private(set) var modules: [Module] = []
+
+    static func decodeFrames(_ details: [String: Any]) -> [Frame] {
         (details["frames"] as? [[String: Any]] ?? []).map { frame in
             Frame(
                 pc: Self.hex(frame["pc"]) ?? 0, module: (frame["module"] as? NSNumber)?.intValue,
@@ -88,7 +94,7 @@ public struct CrashReport: @unchecked Sendable {
         }
     }
 
-    public var modules: [Module] {
+    static func decodeModules(_ details: [String: Any]) -> [Module] {
         (details["modules"] as? [[String: Any]] ?? []).map { module in
             Module(
                 path: module["path"] as? String ?? "", loadBias: Self.hex(module["load_bias"]) ?? 0,

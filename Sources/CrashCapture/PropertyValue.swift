@@ -97,25 +97,26 @@ public enum PropertyRules {
 
 enum JSONText {
     static func quoted(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x7f {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
+        // Byte by byte over UTF-8: multi-byte sequences pass through untouched, and only the
+        // characters JSON forbids in strings are escaped.
+        let hex = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(text.utf8.count + 16)
+        out.append(0x22)
+        for byte in text.utf8 {
+            switch byte {
+            case 0x22: out += [0x5c, 0x22]
+            case 0x5c: out += [0x5c, 0x5c]
+            case 0x0a: out += [0x5c, 0x6e]
+            case 0x0d: out += [0x5c, 0x72]
+            case 0x09: out += [0x5c, 0x74]
+            case 0..<0x20, 0x7f:
+                out += [0x5c, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+            default: out.append(byte)
             }
         }
-        return out + "\""
+        out.append(0x22)
+        return String(decoding: out, as: UTF8.self)
     }
 
     static func value(_ value: PropertyValue) -> String {

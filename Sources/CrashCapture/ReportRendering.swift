@@ -57,6 +57,9 @@ public enum ReportRendering {
             var line = String(format: "  #%-3d 0x%016llx ", index, frame.pc) + symbol.module
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
+                if let file = symbol.file, let number = symbol.line {
+                    line += style.dim(" at \(file):\(number)")
+                }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
                 if let note = symbol.note { line += style.dim("  (\(note))") }
@@ -88,6 +91,8 @@ public enum ReportRendering {
                 if let function = symbol.function { entry["function"] = function }
                 if let within = symbol.offsetInFunction { entry["function_offset"] = within }
                 if let note = symbol.note { entry["note"] = note }
+                if let file = symbol.file { entry["file"] = file }
+                if let number = symbol.line { entry["line"] = number }
             }
             return entry
         }

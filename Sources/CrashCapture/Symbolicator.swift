@@ -10,6 +10,21 @@ public final class Symbolicator: @unchecked Sendable {
         public var module: String
         /// Why there is no function name, when there is none.
         public var note: String?
+        /// From DWARF line tables, where the module has them.
+        public var file: String?
+        public var line: Int?
+
+        public init(
+            function: String? = nil, offsetInFunction: UInt64? = nil, module: String, note: String? = nil,
+            file: String? = nil, line: Int? = nil
+        ) {
+            self.function = function
+            self.offsetInFunction = offsetInFunction
+            self.module = module
+            self.note = note
+            self.file = file
+            self.line = line
+        }
     }
 
     private var images: [String: Result<ELFImage, CrashCaptureError>] = [:]
@@ -64,7 +79,10 @@ public final class Symbolicator: @unchecked Sendable {
                 return Symbol(module: name, note: "no symbol covers this address")
             }
             let adjusted = isReturnAddress && offset > 0 ? within + 1 : within
-            return Symbol(function: Demangler.demangle(symbol.name), offsetInFunction: adjusted, module: name)
+            let location = image.location(of: address)
+            return Symbol(
+                function: Demangler.demangle(symbol.name), offsetInFunction: adjusted, module: name,
+                file: location?.file, line: location?.line)
         }
     }
 

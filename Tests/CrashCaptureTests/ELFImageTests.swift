@@ -47,3 +47,43 @@ import Testing
         #expect(Demangler.demangleCxxType("not a type at all") == "not a type at all")
     }
 }
+
+@Suite struct SourceLocationTests {
+    /// The 1-based line of the first line of `file` containing `text`.
+    func line(of text: String, in file: String) throws -> Int {
+        let source = try String(contentsOfFile: Paths.packageRoot + "/" + file, encoding: .utf8)
+        let lines = source.components(separatedBy: "\n")
+        return try #require(lines.firstIndex { $0.contains(text) }) + 1
+    }
+
+    @Test func swiftFramesGetFileAndLineFromDWARF4() throws {
+        let directory = makeTemporaryDirectory("dwarf-swift")
+        _ = try run(
+            Paths.swiftSample, ["swift-null-read"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let top = try #require(Symbolicator().symbolicate(report).first)
+        #expect(top.function?.contains("crashSwiftNullRead") == true)
+        #expect(top.file?.hasSuffix("CrashSamples/Swift/main.swift") == true)
+        #expect(
+            top.line
+                == (try line(of: "UnsafePointer<Int>(bitPattern: opaque(0x10))", in: "CrashSamples/Swift/main.swift")))
+    }
+
+    @Test func cFramesGetFileAndLineFromDWARF5() throws {
+        let directory = makeTemporaryDirectory("dwarf-c")
+        _ = try run(Paths.cSample, ["null-write"], environment: ["CRASHCAPTURE_DIR": directory])
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let top = try #require(Symbolicator().symbolicate(report).first)
+        #expect(top.function == "sample_null_write")
+        #expect(top.file?.hasSuffix("CrashSamples/Support/support.c") == true)
+        let write = try line(of: "NOINLINE void sample_null_write(void) {", in: "CrashSamples/Support/support.c") + 2
+        #expect(top.line == write)
+    }
+
+    @Test func librariesWithoutDebugInfoStillGetNames() throws {
+        let image = try ELFImage(path: "/lib/x86_64-linux-gnu/libz.so.1")
+        let crc = try #require(image.symbols.first { $0.name == "crc32" })
+        #expect(image.location(of: crc.address) == nil)
+    }
+}
