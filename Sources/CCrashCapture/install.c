@@ -352,6 +352,9 @@ static int cc_open_session_file(void) {
 // Swift runtime would otherwise bind to them instead of libgcc_s.
 static void cc_load_libunwind(void) {
     if (cc_global.unw_init_local2 != NULL) return;
+    // An escape hatch, and how the frame-pointer fallback is tested: stacks as without libunwind.
+    const char *disabled = getenv("CRASHCAPTURE_NO_LIBUNWIND");
+    if (disabled != NULL && disabled[0] != '\0' && strcmp(disabled, "0") != 0) return;
     void *handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) return;
     cc_unw_init_local2_fn init = (cc_unw_init_local2_fn)dlsym(handle, CC_STRINGIFY(unw_init_local2));

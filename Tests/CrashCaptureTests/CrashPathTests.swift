@@ -175,6 +175,16 @@ import Testing
         #expect(crashFiles(in: directory).isEmpty)
     }
 
+    @Test func withoutLibunwindStacksComeFromFramePointers() throws {
+        let (result, directory) = try crash(Paths.cSample, "null-read", environment: ["CRASHCAPTURE_NO_LIBUNWIND": "1"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["crash_unwinder"] as? String == "frame-pointer")
+        let names = frameNames(report, count: 8)
+        #expect(names.first == "sample_null_read")
+        #expect(names.contains("main"), "the walk reaches main: \(names)")
+    }
+
     @Test func handlerTimeIsRecorded() throws {
         let (_, directory) = try crash(Paths.cSample, "null-read")
         let report = try verifiedReport(in: directory, signal: "SIGSEGV")
