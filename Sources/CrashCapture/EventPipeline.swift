@@ -2,8 +2,21 @@ import CCrashCapture
 import Foundation
 import Synchronization
 
+/// Serialized rows per chunk, written by concurrent workers, each to its own slot.
+private final class SerializedChunks: @unchecked Sendable {
+    private var slots: [[(id: String, payload: String)]]
+    private let lock = NSLock()
+    init(count: Int) { slots = Array(repeating: [], count: count) }
+    func set(_ index: Int, _ rows: [(id: String, payload: String)]) {
+        lock.lock()
+        slots[index] = rows
+        lock.unlock()
+    }
+    func joined() -> [(id: String, payload: String)] { slots.flatMap { $0 } }
+}
+
 /// An event waiting for the writer: captured on the caller's thread, serialized off it.
-struct PendingEvent {
+struct PendingEvent: Sendable {
     var name: String
     var properties: [String: PropertyValue]
     var timeMilliseconds: Int64
@@ -124,14 +137,26 @@ final class EventPipeline: @unchecked Sendable {
         lock.unlock()
         let distinctID = login ?? CrashCapture.distinctID ?? ""
         let pid = getpid()
-        var rows: [(id: String, payload: String)] = []
-        rows.reserveCapacity(batch.count)
-        for (_, event) in batch {
-            number += 1
-            // Fixed width, so ids sort in the order they were made and the unique index appends.
-            let id = event.eventID ?? identity.sessionID + "-" + Self.padded(number)
-            rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil, pid: pid)))
+        // Large drains are serialized on every core; the insert below stays in order.
+        let first = number
+        let chunks = batch.count >= 4096 ? ProcessInfo.processInfo.activeProcessorCount : 1
+        let size = (batch.count + chunks - 1) / chunks
+        let parts = SerializedChunks(count: chunks)
+        let ordered = batch
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let range = (chunk * size)..<min(ordered.count, (chunk + 1) * size)
+            var rows: [(id: String, payload: String)] = []
+            rows.reserveCapacity(range.count)
+            for index in range {
+                let event = ordered[index].event
+                // Fixed width, so ids sort in the order they were made and the unique index appends.
+                let id = event.eventID ?? identity.sessionID + "-" + Self.padded(first + UInt64(index) + 1)
+                rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil, pid: pid)))
+            }
+            parts.set(chunk, rows)
         }
+        number += UInt64(batch.count)
+        let rows = parts.joined()
         do {
             try store.insert(rows, context: identity.staticProperties)
             uploader?.noteInserted()
