@@ -25,8 +25,48 @@ struct JSONScanner {
     private init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     static func events(in bytes: [UInt8]) throws -> [Event] {
+        if let bad = firstInvalidUTF8(bytes) { throw Failure(offset: bad, reason: "not UTF-8") }
         var scanner = JSONScanner(bytes)
         return try scanner.array()
+    }
+
+    /// JSON text is UTF-8 (RFC 8259): no stray continuation bytes, overlong forms, surrogates or
+    /// code points past U+10FFFF. Returns the offset of the first bad byte.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+        var index = 0
+        while index < bytes.count {
+            let lead = bytes[index]
+            if lead < 0x80 {
+                index += 1
+                continue
+            }
+            let length: Int
+            var low: UInt8 = 0x80
+            var high: UInt8 = 0xbf
+            switch lead {
+            case 0xc2...0xdf: length = 2
+            case 0xe0:
+                length = 3
+                low = 0xa0
+            case 0xe1...0xec, 0xee...0xef: length = 3
+            case 0xed:
+                length = 3
+                high = 0x9f
+            case 0xf0:
+                length = 4
+                low = 0x90
+            case 0xf1...0xf3: length = 4
+            case 0xf4:
+                length = 4
+                high = 0x8f
+            default: return index
+            }
+            guard index + length <= bytes.count else { return index }
+            guard bytes[index + 1] >= low && bytes[index + 1] <= high else { return index }
+            for offset in 2..<max(2, length) where bytes[index + offset] & 0xc0 != 0x80 { return index }
+            index += length
+        }
+        return nil
     }
 
     private func fail(_ reason: String) -> Failure { Failure(offset: index, reason: reason) }
@@ -47,25 +87,34 @@ struct JSONScanner {
         index += 1
     }
 
+    /// Consumes `close` when the container is empty.
+    private mutating func closesAtOnce(_ close: UInt8) -> Bool {
+        skipSpace()
+        guard index < bytes.count, bytes[index] == close else { return false }
+        index += 1
+        return true
+    }
+
+    /// After a member: true when a comma says another follows, false at `close`.
+    private mutating func another(_ close: UInt8) throws -> Bool {
+        skipSpace()
+        guard index < bytes.count else { throw fail("unterminated object or array") }
+        if bytes[index] == UInt8(ascii: ",") {
+            index += 1
+            return true
+        }
+        try expect(close)
+        return false
+    }
+
     private mutating func array() throws -> [Event] {
         try expect(UInt8(ascii: "["))
         var events: [Event] = []
-        skipSpace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-        } else {
-            while true {
+        if !closesAtOnce(UInt8(ascii: "]")) {
+            repeat {
                 skipSpace()
                 events.append(try event())
-                skipSpace()
-                guard index < bytes.count else { throw fail("unterminated array") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                try expect(UInt8(ascii: "]"))
-                break
-            }
+            } while try another(UInt8(ascii: "]"))
         }
         skipSpace()
         guard index == bytes.count else { throw fail("data after the array") }
@@ -77,11 +126,8 @@ struct JSONScanner {
         let start = index
         var event = Event(text: start..<start)
         try expect(UInt8(ascii: "{"))
-        skipSpace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-        } else {
-            while true {
+        if !closesAtOnce(UInt8(ascii: "}")) {
+            repeat {
                 skipSpace()
                 let key = try string()
                 try expect(UInt8(ascii: ":"))
@@ -95,15 +141,7 @@ struct JSONScanner {
                 case "properties": event.hasProperties = first == UInt8(ascii: "{")
                 default: break
                 }
-                skipSpace()
-                guard index < bytes.count else { throw fail("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                try expect(UInt8(ascii: "}"))
-                break
-            }
+            } while try another(UInt8(ascii: "}"))
         }
         event.text = start..<index
         return event
@@ -117,43 +155,19 @@ struct JSONScanner {
         case UInt8(ascii: "\""): _ = try string()
         case UInt8(ascii: "{"):
             index += 1
-            skipSpace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return
-            }
-            while true {
+            if closesAtOnce(UInt8(ascii: "}")) { return }
+            repeat {
                 skipSpace()
                 _ = try string()
                 try expect(UInt8(ascii: ":"))
                 try value(depth: depth + 1)
-                skipSpace()
-                guard index < bytes.count else { throw fail("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                try expect(UInt8(ascii: "}"))
-                return
-            }
+            } while try another(UInt8(ascii: "}"))
         case UInt8(ascii: "["):
             index += 1
-            skipSpace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return
-            }
-            while true {
+            if closesAtOnce(UInt8(ascii: "]")) { return }
+            repeat {
                 try value(depth: depth + 1)
-                skipSpace()
-                guard index < bytes.count else { throw fail("unterminated array") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                try expect(UInt8(ascii: "]"))
-                return
-            }
+            } while try another(UInt8(ascii: "]"))
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
@@ -175,6 +189,7 @@ struct JSONScanner {
     }
 
     private mutating func number() throws {
+        let start = index
         if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
         guard index < bytes.count else { throw fail("bad number") }
         if bytes[index] == UInt8(ascii: "0") {
@@ -192,6 +207,13 @@ struct JSONScanner {
                 index += 1
             }
             guard digits() > 0 else { throw fail("bad exponent") }
+        }
+        // Grammatical, but no double holds it: the analytics downstream could not store it either.
+        let text = bytes[start..<index]
+        if text.count > 17 || text.contains(UInt8(ascii: "e")) || text.contains(UInt8(ascii: "E")) {
+            guard let value = Double(String(decoding: text, as: UTF8.self)), value.isFinite else {
+                throw Failure(offset: start, reason: "number out of range")
+            }
         }
     }
 
@@ -212,12 +234,17 @@ struct JSONScanner {
                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                     index += 1
                 case UInt8(ascii: "u"):
-                    for offset in 1...4 {
-                        guard index + offset < bytes.count, bytes[index + offset].isHexDigit else {
-                            throw fail("bad \\u escape")
-                        }
-                    }
+                    let unit = try hexUnit(at: index + 1)
                     index += 5
+                    // UTF-16 surrogates only in pairs, high then low: a lone one is not text.
+                    if (0xdc00...0xdfff).contains(unit) { throw fail("lone low surrogate escape") }
+                    if (0xd800...0xdbff).contains(unit) {
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u"),
+                            (0xdc00...0xdfff).contains(try hexUnit(at: index + 2))
+                        else { throw fail("lone high surrogate escape") }
+                        index += 6
+                    }
                 default: throw fail("bad escape")
                 }
                 continue
@@ -231,6 +258,17 @@ struct JSONScanner {
             index += 1
         }
         throw fail("unterminated string")
+    }
+
+    /// The four hex digits of a \\u escape starting at `position`.
+    private func hexUnit(at position: Int) throws -> UInt32 {
+        guard position + 4 <= bytes.count else { throw fail("bad \\u escape") }
+        var unit: UInt32 = 0
+        for byte in bytes[position..<position + 4] {
+            guard byte.isHexDigit else { throw fail("bad \\u escape") }
+            unit = unit << 4 | UInt32(byte <= 0x39 ? byte - 0x30 : (byte | 0x20) - 0x57)
+        }
+        return unit
     }
 
     /// The value of a string token (quotes included in `range`), escapes decoded.

@@ -59,9 +59,12 @@ struct HarnessEnvironment {
             + [directory + "/../lib", directory + "/../../lib", exe + "/../lib", exe + "/../../lib"].map {
                 $0 + "/libCrashCapturePreload.so"
             }
-        let library = candidates.first { FileManager.default.fileExists(atPath: $0) }.map {
-            URL(fileURLWithPath: $0).standardizedFileURL.path
-        }
+        // realpath, not lexical "..": the build directories are symbolic links.
+        let library = candidates.lazy.compactMap { candidate -> String? in
+            guard let resolved = realpath(candidate, nil) else { return nil }
+            defer { free(resolved) }
+            return String(cString: resolved)
+        }.first
         let configuration = try Subprocess(path: directory + "/crash-sample-swift", arguments: ["--build-config"])
             .run().stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         var harness = HarnessEnvironment(

@@ -110,8 +110,9 @@ import Testing
 }
 
 @Suite struct FuzzTests {
-    @Test func fuzzerBuildsAndFindsNothingInTenSeconds() throws {
-        let result = try run("/bin/sh", [Paths.packageRoot + "/Fuzz/run.sh", "10"], timeout: 300)
+    @Test(arguments: ["crashfile", "jsonscanner"])
+    func fuzzerBuildsAndFindsNothingInTenSeconds(target: String) throws {
+        let result = try run("/bin/sh", [Paths.packageRoot + "/Fuzz/run.sh", "10", target], timeout: 300)
         #expect(result.exitCode == 0, "\(result.stderr.suffix(2000))")
         #expect(result.stderr.contains("Done "), "libFuzzer did not run: \(result.stderr.suffix(500))")
     }

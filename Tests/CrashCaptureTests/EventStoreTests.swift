@@ -214,10 +214,28 @@ import Testing
         "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":01}}]", "[{\"event_id\":\"a\" \"event\":\"x\"}]",
         "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\q\"}}]", "[1]", "{}", "[] x",
         "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":tru}}]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":0.5e7777777777}}]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\udeee\"}}]",
+        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\ud83d x\"}}]",
         "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":" + String(repeating: "[", count: 100) + "]}]",
     ])
     func rejectsWhatJSONDoesNot(json: String) {
         #expect(throws: WireError.self) { try events(json) }
+    }
+
+    @Test func rejectsInvalidUTF8AsTheFuzzerFoundIt() throws {
+        for bad: [UInt8] in [
+            [0xde, 0xde], [0xff], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82],
+        ] {
+            let json =
+                Array("[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"".utf8) + bad
+                + Array("\"}}]".utf8)
+            let data = Data(json).base64EncodedString()
+            let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscapeForTests(data))"
+            #expect(throws: WireError.self) { try WireFormat.decodeEvents(body: Data(form.utf8)) }
+        }
+        let fine = try events("[{\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]")
+        #expect(fine.first?.id == "é€😀")
     }
 
     @Test func namesTheMissingField() {
