@@ -96,6 +96,19 @@ import Testing
         #expect(crashFiles(in: directory).isEmpty)
     }
 
+    @Test func oversizedFileGivesUpItsRecordsAndIsMovedAside() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        // Past the 16 MiB the reader takes (sparse: nothing is written to disk).
+        #expect(truncate(file, off_t(17 << 20)) == 0)
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let result = try #require(CrashReplayer(directory: directory, store: store).replayAll().files.first)
+        #expect(result.importedEvents == 2, "the records before the limit are recovered")
+        #expect(result.problems.contains { $0.reason.contains("larger than") })
+        #expect(result.movedTo?.contains("/damaged/") == true)
+        #expect(store.count == 2)
+    }
+
     @Test func lockedFileOfALiveProcessIsLeftAlone() throws {
         let directory = try crashedDirectory()
         let file = crashFiles(in: directory)[0]
