@@ -70,6 +70,8 @@ typedef struct cc_state {
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     char directory[PATH_MAX];
+    char app_name[256];
+    char app_version[256];
     char file_path[PATH_MAX];
     char file_name[64];
     // The crash file is an unnamed O_TMPFILE until a crash links it into the directory, so
@@ -131,6 +133,11 @@ bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char
 
 // modules.c
 int cc_modules_capture(void);
+
+// session_file.c: async-signal-safe, it also runs in a forked child.
+int cc_random_hex(char *out, size_t bytes);
+int cc_open_session_file(const char **step);
+void cc_after_fork_in_child(void);
 
 // threads.c
 void cc_threads_enable(bool enabled);

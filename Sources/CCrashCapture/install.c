@@ -22,8 +22,6 @@ cc_state cc_global = {.fd = -1, .dir_fd = -1};
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cc_last_error[1024];
 static bool cc_hooks_registered;
-static char cc_app_name[256];
-static char cc_app_version[256];
 
 static bool cc_valid_distinct_id(const char *id, size_t len);
 
@@ -103,22 +101,6 @@ static int cc_open_directory(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return cc_fail("cannot open directory %s: %s", path, strerror(errno));
     return fd;
-}
-
-static int cc_random_hex(char *out, size_t bytes) {
-    unsigned char raw[32];
-    if (bytes > sizeof(raw)) return -1;
-    size_t got = 0;
-    while (got < bytes) {
-        ssize_t n = getrandom(raw + got, bytes - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < bytes; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
-    return 0;
 }
 
 static bool cc_valid_distinct_id(const char *id, size_t len) {
@@ -240,8 +222,8 @@ static int cc_build_static_json(const crashcapture_config *config) {
     struct utsname uts;
     if (uname(&uts) != 0) memset(&uts, 0, sizeof(uts));
     cc_buf b = {cc_global.static_props, 0, sizeof(cc_global.static_props) - 1, false};
-    cc_append_member(&b, "$app_name", cc_app_name);
-    cc_append_member(&b, "$app_version", cc_app_version);
+    cc_append_member(&b, "$app_name", cc_global.app_name);
+    cc_append_member(&b, "$app_version", cc_global.app_version);
     cc_append_member(&b, "$os", "Linux");
     cc_append_member(&b, "$os_version", uts.release);
     cc_append_member(&b, "$model", uts.machine);
@@ -270,77 +252,11 @@ static int cc_build_static_json(const crashcapture_config *config) {
     cc_buf lib = {cc_global.lib_json, 0, sizeof(cc_global.lib_json), false};
     cc_buf_append_str(&lib, "\"lib\":{\"$lib\":\"CrashCapture\",\"$lib_version\":\"" CRASHCAPTURE_VERSION
                             "\",\"$lib_method\":\"autoTrack\",\"$lib_detail\":\"signal handler\",\"$app_version\":");
-    cc_buf_append_json_string(&lib, cc_app_version, 200);
+    cc_buf_append_json_string(&lib, cc_global.app_version, 200);
     cc_buf_append_str(&lib, "}");
     if (lib.overflow) return cc_fail("app version is too long");
     cc_global.lib_json_len = lib.len;
     return 0;
-}
-
-// MARK: - Crash file
-
-static int cc_build_session_record(void) {
-    static char payload[sizeof(cc_global.session_record)];
-    cc_buf b = {payload, 0, sizeof(payload) - CC_RECORD_HEADER_SIZE, false};
-    cc_buf_append_str(&b, "{\"session_id\":\"");
-    cc_buf_append_str(&b, cc_global.session_id);
-    cc_buf_append_str(&b, "\",\"pid\":");
-    cc_buf_append_i64(&b, getpid());
-    cc_buf_append_str(&b, ",\"start_wall_ms\":");
-    cc_buf_append_i64(&b, cc_global.start_wall_ms);
-    cc_buf_append_str(&b, ",\"start_monotonic_ns\":");
-    cc_buf_append_i64(&b, cc_global.start_mono_ns);
-    cc_buf_append_str(&b, ",\"distinct_id\":");
-    cc_buf_append_json_string(&b, cc_global.distinct_id, 256);
-    cc_buf_append_str(&b, ",\"app_name\":");
-    cc_buf_append_json_string(&b, cc_app_name, 256);
-    cc_buf_append_str(&b, ",\"app_version\":");
-    cc_buf_append_json_string(&b, cc_app_version, 256);
-    cc_buf_append_str(&b, ",\"lib_version\":\"" CRASHCAPTURE_VERSION "\"}");
-    if (b.overflow) return cc_fail("session record too large");
-    cc_global.session_record_len =
-        cc_frame_record(cc_global.session_record, sizeof(cc_global.session_record), CC_RECORD_SESSION, payload, b.len);
-    return 0;
-}
-
-// Opens a new crash file for a new session id and reserves its space. Used at install and
-// again in a forked child, which must not write into its parent's file.
-static int cc_open_session_file(void) {
-    if (cc_random_hex(cc_global.session_id, 16) != 0) return cc_fail("getrandom failed: %s", strerror(errno));
-    cc_global.start_wall_ms = cc_wall_ms();
-    cc_global.start_mono_ns = cc_monotonic_ns();
-    snprintf(cc_global.file_name, sizeof(cc_global.file_name), "crash-%s.%s", cc_global.session_id, "ccr");
-    int n = snprintf(cc_global.file_path, sizeof(cc_global.file_path), "%s/%s", cc_global.directory,
-                     cc_global.file_name);
-    if (n < 0 || (size_t)n >= sizeof(cc_global.file_path)) return cc_fail("crash file path too long");
-    int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    cc_global.anonymous_file = fd >= 0;
-    if (fd < 0) {
-        // No O_TMPFILE on this filesystem: a named file, locked so that a replaying process
-        // knows it belongs to a live session, and removed at exit.
-        fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) return cc_fail("cannot create crash file %s: %s", cc_global.file_path, strerror(errno));
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            close(fd);
-            unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
-            return cc_fail("cannot lock crash file %s: %s", cc_global.file_path, strerror(errno));
-        }
-    }
-    snprintf(cc_global.proc_fd_path, sizeof(cc_global.proc_fd_path), "/proc/self/fd/%d", fd);
-    // Reserve the report's space now so that a full disk at crash time cannot lose it.
-    int err = posix_fallocate(fd, 0, (off_t)cc_global.reserved_bytes);
-    if (err == 0 && cc_build_session_record() == 0 &&
-        cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) == 0) {
-        cc_global.record_offset = cc_global.session_record_len;
-        cc_global.fd = fd;
-        atomic_store(&cc_global.session_ended, 0);
-        return 0;
-    }
-    int saved = err != 0 ? err : errno;
-    close(fd);
-    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
-    return cc_fail("cannot reserve %zu bytes for the crash file in %s: %s", cc_global.reserved_bytes,
-                   cc_global.directory, strerror(saved));
 }
 
 // MARK: - Optional runtimes
@@ -437,14 +353,6 @@ void crashcapture_end_session(void) {
 
 static void cc_at_exit(void) { crashcapture_end_session(); }
 
-static void cc_after_fork_in_child(void) {
-    if (!atomic_load(&cc_global.installed)) return;
-    // The inherited descriptor shares the parent's lock and offset: drop it, start a session.
-    if (cc_global.fd >= 0) close(cc_global.fd);
-    cc_global.fd = -1;
-    if (cc_open_session_file() != 0) atomic_store(&cc_global.session_ended, 1);
-}
-
 // MARK: - Public
 
 int crashcapture_install(const crashcapture_config *config) {
@@ -480,8 +388,8 @@ int crashcapture_install(const crashcapture_config *config) {
         result = cc_fail("app_version must be valid UTF-8 of at most 200 bytes");
         goto done;
     }
-    snprintf(cc_app_name, sizeof(cc_app_name), "%s", app_name);
-    snprintf(cc_app_version, sizeof(cc_app_version), "%s", app_version);
+    snprintf(cc_global.app_name, sizeof(cc_global.app_name), "%s", app_name);
+    snprintf(cc_global.app_version, sizeof(cc_global.app_version), "%s", app_version);
     if (cc_build_static_json(config) != 0) {
         result = -1;
         goto done;
@@ -499,10 +407,12 @@ int crashcapture_install(const crashcapture_config *config) {
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
     cc_global.dir_fd = dir_fd;
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
-    if (cc_open_session_file() != 0) {
+    const char *step;
+    int err = cc_open_session_file(&step);
+    if (err != 0) {
+        result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
         close(dir_fd);
         cc_global.dir_fd = -1;
-        result = -1;
         goto done;
     }
     cc_modules_capture();

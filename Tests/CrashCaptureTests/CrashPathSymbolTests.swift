@@ -56,6 +56,34 @@ import Testing
         check(try undefinedSymbols(ofObject: object))
     }
 
+    /// What creating a session's crash file adds in a forked child (session_file.c), where the
+    /// same rules hold until exec: only system calls, each a single call into the kernel.
+    static let forkChildExtras: Set<String> = [
+        "close", "unlinkat",  // signal-safety(7)
+        "getrandom", "flock",  // one system call each
+        "posix_fallocate",  // fallocate(2); glibc's fallback only calls fstat, fstatfs and pwrite
+    ]
+
+    func definedSymbols(ofObject path: String) throws -> Set<String> {
+        let result = try run("/usr/bin/nm", ["--defined-only", "-g", path])
+        return Set(result.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").last.map(String.init) })
+    }
+
+    @Test func forkChildSessionFileUsesOnlyAllowedFunctions() throws {
+        let object = Paths.buildDirectory + "/CCrashCapture.build/session_file.c.o"
+        let crashPath = Paths.buildDirectory + "/CCrashCapture.build/crash_path.c.o"
+        try #require(FileManager.default.fileExists(atPath: object), "no object at \(object)")
+        // The signal-safe formatting it shares with the crash path is allowed by construction.
+        let ours = try definedSymbols(ofObject: crashPath)
+        let symbols = try undefinedSymbols(ofObject: object)
+        let forbidden = symbols.subtracting(Self.signalSafe).subtracting(Self.justified)
+            .subtracting(Self.forkChildExtras).subtracting(ours)
+        #expect(
+            forbidden.isEmpty,
+            "the forked-child path calls functions that are not async-signal-safe: \(forbidden.sorted())")
+        #expect(symbols.contains("posix_fallocate"), "the symbol list looks wrong: \(symbols.sorted())")
+    }
+
     @Test func allowlistRejectsAnUnsafeCall() {
         let forbidden = Set(["malloc", "printf", "write"]).subtracting(Self.signalSafe).subtracting(Self.justified)
         #expect(forbidden == ["malloc", "printf"])
