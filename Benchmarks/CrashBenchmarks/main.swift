@@ -61,7 +61,7 @@ func crashBenchmarks(runs: Int) throws {
     var threadsAdded = Set<Int>()
     let installDirectory = temporaryDirectory()
     for _ in 0..<runs {
-        let output = try Process.output(sample, ["measure-install"], ["CRASHCAPTURE_DIR": installDirectory])
+        let output = try output(sample, ["measure-install"], ["CRASHCAPTURE_DIR": installDirectory])
         guard let json = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else { continue }
         installs.append(((json["install_ns"] as? NSNumber)?.doubleValue ?? .nan) / 1000)
         let before = (json["rss_before_kb"] as? NSNumber)?.doubleValue ?? 0
@@ -149,21 +149,13 @@ func crashBenchmarks(runs: Int) throws {
 
 }
 
-extension Process {
-    static func output(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        for (key, value) in environment { env[key] = value }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
-    }
+/// Runs a program to its end and returns its stdout.
+func output(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> String {
+    let child = try ChildProcess(
+        path: path, arguments: arguments,
+        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+    _ = child.waitOrKill(timeout: 60)
+    return child.stdout
 }
 
 final class Samples: @unchecked Sendable {

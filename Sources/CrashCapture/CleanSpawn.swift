@@ -44,3 +44,90 @@ public enum CleanSpawn {
         return pid
     }
 }
+
+/// A child started with `CleanSpawn`, its stdout and stderr captured in files, waited for with
+/// a deadline. Used by `crashcap harness`, the benchmarks' helpers and the tests.
+public final class ChildProcess: @unchecked Sendable {
+    public let pid: pid_t
+    public let started = Date()
+    /// Where stdout and stderr go, removed with the object.
+    public let outputDirectory: String
+    public var stdoutPath: String { outputDirectory + "/stdout" }
+    public var stderrPath: String { outputDirectory + "/stderr" }
+    private var status: Int32?
+
+    public init(path: String, arguments: [String], environment: [String: String]) throws {
+        outputDirectory = NSTemporaryDirectory() + "crashcapture-child-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
+        do {
+            pid = try CleanSpawn.spawn(
+                path, arguments: arguments, environment: environment, stdout: outputDirectory + "/stdout",
+                stderr: outputDirectory + "/stderr")
+        } catch {
+            try? FileManager.default.removeItem(atPath: outputDirectory)
+            throw error
+        }
+    }
+
+    deinit {
+        if status == nil {
+            kill(pid, SIGKILL)
+            _ = wait(timeout: 10)
+        }
+        try? FileManager.default.removeItem(atPath: outputDirectory)
+    }
+
+    public var stdout: String { Self.contents(of: stdoutPath) }
+    public var stderr: String { Self.contents(of: stderrPath) }
+
+    private static func contents(of path: String) -> String {
+        String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
+    }
+
+    /// Waits for the end; false when `timeout` seconds pass first.
+    public func wait(timeout: Double) -> Bool {
+        if status != nil { return true }
+        let deadline = Date().addingTimeInterval(timeout)
+        var raw: Int32 = 0
+        repeat {
+            let done = waitpid(pid, &raw, WNOHANG)
+            if done == pid {
+                status = raw
+                return true
+            }
+            if done < 0 && errno != EINTR { return false }
+            usleep(500)
+        } while Date() < deadline
+        return false
+    }
+
+    /// Waits for the end, killing the child with SIGKILL at the deadline; true if it was killed.
+    public func waitOrKill(timeout: Double) -> Bool {
+        if wait(timeout: timeout) { return false }
+        kill(pid, SIGKILL)
+        _ = wait(timeout: 10)
+        return true
+    }
+
+    /// Waits until stdout contains `text`; false on timeout.
+    public func waitForOutput(_ text: String, timeout: Double = 20) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if stdout.contains(text) { return true }
+            usleep(2000)
+        }
+        return false
+    }
+
+    /// The signal that ended it, if one did.
+    public var signal: Int32? {
+        guard let status, status & 0x7f != 0, status & 0x7f != 0x7f else { return nil }
+        return status & 0x7f
+    }
+
+    /// Its exit status, if it exited.
+    public var exitCode: Int32? {
+        guard let status, status & 0x7f == 0 else { return nil }
+        return (status >> 8) & 0xff
+    }
+}

@@ -5,8 +5,8 @@ import Foundation
     import Glibc
 #endif
 
-/// A child process run to its end with posix_spawn and waitpid, output in files, killed after
-/// a time limit. (Foundation's Process adds tens of ms of polling to every wait.)
+/// A child process run to its end with a clean signal mask, output captured, killed after a
+/// time limit. (Foundation's Process adds tens of ms of polling to every wait.)
 struct Subprocess {
     struct Outcome {
         var signal: Int32?
@@ -31,37 +31,12 @@ struct Subprocess {
     var whileRunning: ((pid_t, String) -> Void)?
 
     func run() throws -> Outcome {
-        let scratch = NSTemporaryDirectory() + "crashcap-run-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let outPath = scratch + "/stdout"
-        let errPath = scratch + "/stderr"
-        let start = DispatchTime.now().uptimeNanoseconds
-        let pid = try CleanSpawn.spawn(
-            path, arguments: arguments, environment: environment, stdout: outPath, stderr: errPath)
-        if let whileRunning { whileRunning(pid, outPath) }
-        var wait: Int32 = 0
-        var timedOut = false
-        let deadline = start + UInt64(timeout * 1e9)
-        while true {
-            let result = waitpid(pid, &wait, WNOHANG)
-            if result == pid { break }
-            if result < 0 && errno != EINTR { break }
-            if DispatchTime.now().uptimeNanoseconds > deadline && !timedOut {
-                timedOut = true
-                kill(pid, SIGKILL)
-            }
-            usleep(500)
-        }
-        let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
-        let termination = wait & 0x7f
-        let signaled = termination != 0 && termination != 0x7f
-        let read = { (path: String) in
-            String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
-        }
+        let child = try ChildProcess(path: path, arguments: arguments, environment: environment)
+        whileRunning?(child.pid, child.stdoutPath)
+        let timedOut = child.waitOrKill(timeout: timeout)
         return Outcome(
-            signal: signaled ? termination : nil, exitCode: signaled ? nil : (wait >> 8) & 0xff,
-            stdout: read(outPath), stderr: read(errPath), milliseconds: milliseconds, timedOut: timedOut)
+            signal: child.signal, exitCode: child.exitCode, stdout: child.stdout, stderr: child.stderr,
+            milliseconds: Date().timeIntervalSince(child.started) * 1000, timedOut: timedOut)
     }
 }
 

@@ -32,84 +32,21 @@ struct RunResult {
     var timedOut: Bool
 }
 
-/// A child process started with posix_spawn: no signal blocked, default dispositions, output in
-/// files. (Foundation's Process would pass on the signal mask of the Dispatch thread a test
-/// runs on, and a crash sample must die the way it does when a person starts it.)
-final class Child {
-    let pid: pid_t
-    let outputDirectory: String
-    private(set) var status: Int32?
-    let started = Date()
+typealias Child = ChildProcess
 
-    init(
+extension ChildProcess {
+    /// The tests' children: started with a clean signal mask (ChildProcess), and without the
+    /// capture settings of the test runner's own environment, so a crash test sees the crash
+    /// it asked for.
+    convenience init(
         _ path: String, _ arguments: [String] = [], environment: [String: String] = [:], inheritEnvironment: Bool = true
-    )
-        throws
-    {
+    ) throws {
         var env = inheritEnvironment ? ProcessInfo.processInfo.environment : [:]
-        // A crash test must see the crash it asked for, not one inherited from the test runner.
         env.removeValue(forKey: "CRASHCAPTURE_DIR")
         env.removeValue(forKey: "LD_PRELOAD")
         env.removeValue(forKey: "CRASHCAPTURE_SERVER_URL")
         for (key, value) in environment { env[key] = value }
-        outputDirectory = makeTemporaryDirectory("output")
-        let child: pid_t
-        child = try CleanSpawn.spawn(
-            path, arguments: arguments, environment: env, stdout: outputDirectory + "/stdout",
-            stderr: outputDirectory + "/stderr")
-        pid = child
-    }
-
-    deinit {
-        if status == nil {
-            kill(pid, SIGKILL)
-            _ = wait(timeout: 10)
-        }
-        try? FileManager.default.removeItem(atPath: outputDirectory)
-    }
-
-    var stdout: String {
-        String(decoding: FileManager.default.contents(atPath: outputDirectory + "/stdout") ?? Data(), as: UTF8.self)
-    }
-    var stderr: String {
-        String(decoding: FileManager.default.contents(atPath: outputDirectory + "/stderr") ?? Data(), as: UTF8.self)
-    }
-
-    /// Waits for the end; false on timeout.
-    func wait(timeout: Double) -> Bool {
-        if status != nil { return true }
-        let deadline = Date().addingTimeInterval(timeout)
-        var raw: Int32 = 0
-        while Date() < deadline {
-            let done = waitpid(pid, &raw, WNOHANG)
-            if done == pid {
-                status = raw
-                return true
-            }
-            if done < 0 && errno != EINTR { return false }
-            usleep(1000)
-        }
-        return false
-    }
-
-    /// Waits until stdout contains `text`; false on timeout.
-    func waitForOutput(_ text: String, timeout: Double = 20) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if stdout.contains(text) { return true }
-            usleep(2000)
-        }
-        return false
-    }
-
-    var signal: Int32? {
-        guard let status, status & 0x7f != 0, status & 0x7f != 0x7f else { return nil }
-        return status & 0x7f
-    }
-
-    var exitCode: Int32? {
-        guard let status, status & 0x7f == 0 else { return nil }
-        return (status >> 8) & 0xff
+        try self.init(path: path, arguments: arguments, environment: env)
     }
 }
 
@@ -119,12 +56,7 @@ func run(
     inheritEnvironment: Bool = true
 ) throws -> RunResult {
     let child = try Child(path, arguments, environment: environment, inheritEnvironment: inheritEnvironment)
-    var timedOut = false
-    if !child.wait(timeout: timeout) {
-        timedOut = true
-        kill(child.pid, SIGKILL)
-        _ = child.wait(timeout: 10)
-    }
+    let timedOut = child.waitOrKill(timeout: timeout)
     return RunResult(
         signal: child.signal, exitCode: child.exitCode, stdout: child.stdout, stderr: child.stderr,
         seconds: Date().timeIntervalSince(child.started), timedOut: timedOut)
