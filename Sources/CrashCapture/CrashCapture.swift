@@ -157,6 +157,10 @@ public enum CrashCapture {
         pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
     }
 
+    /// Events track() dropped because more than a million were waiting for the writer (it never
+    /// blocks the caller instead).
+    public static var droppedBeforeStore: Int { state.current?.droppedBeforeStore ?? 0 }
+
     /// The event store of the installed session (for inspection and tests).
     public static var eventStore: EventStore? { state.current?.store }
     public static var uploader: Uploader? { state.current?.uploader }

@@ -57,7 +57,6 @@ final class EventPipeline: @unchecked Sendable {
     private var counter: UInt64 = 0
     private var droppedPending = 0
     private var loginID: String?
-    private var writeError: Error?
     private let writer = DispatchQueue(label: "CrashCapture.writer", qos: .utility)
     private var ended = false
 
@@ -103,12 +102,6 @@ final class EventPipeline: @unchecked Sendable {
     /// Waits until every event tracked before this call is in the store.
     func flushToStore() {
         writer.sync { self.drain() }
-    }
-
-    var lastWriteError: Error? {
-        lock.lock()
-        defer { lock.unlock() }
-        return writeError
     }
 
     var droppedBeforeStore: Int {
@@ -161,9 +154,6 @@ final class EventPipeline: @unchecked Sendable {
             try store.insert(rows, context: identity.staticProperties)
             uploader?.noteInserted()
         } catch {
-            lock.lock()
-            writeError = error
-            lock.unlock()
             FileHandle.standardError.write(Data("CrashCapture: could not store \(rows.count) events: \(error)\n".utf8))
         }
     }

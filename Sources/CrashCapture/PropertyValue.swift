@@ -119,19 +119,16 @@ enum JSONText {
         return String(decoding: out, as: UTF8.self)
     }
 
-    static func value(_ value: PropertyValue) -> String {
-        switch value {
-        case .string(let text): return quoted(text)
-        case .int(let number): return String(number)
-        case .double(let number): return "\(number)"
-        case .bool(let flag): return flag ? "true" : "false"
-        case .strings(let list): return "[" + list.map(quoted).joined(separator: ",") + "]"
-        }
-    }
-
     /// Object members without braces, keys sorted so the output is stable.
     static func members(_ properties: [String: PropertyValue]) -> String {
-        properties.keys.sorted().map { quoted($0) + ":" + value(properties[$0]!) }.joined(separator: ",")
+        var json = ""
+        for (index, key) in properties.keys.sorted().enumerated() {
+            if index > 0 { json += "," }
+            appendQuoted(key, to: &json)
+            json += ":"
+            appendValue(properties[key]!, to: &json)
+        }
+        return json
     }
 }
 
@@ -189,9 +186,4 @@ extension JSONText {
         write(value, to: &out)
         return out
     }
-}
-
-/// The JSON writer, for tests.
-public enum JSONTextForTests {
-    public static func serialize(_ value: Any) -> String { JSONText.serialize(value) }
 }

@@ -29,13 +29,7 @@ public enum WireFormat {
     /// strict validation of the whole batch. Every way a body can be wrong is an error.
     public static func decodeEvents(body: Data, maximumInflated: Int = 64 << 20) throws -> [(id: String, text: String)]
     {
-        let bytes = [UInt8](try jsonPayload(body: body, maximumInflated: maximumInflated))
-        let events: [JSONScanner.Event]
-        do {
-            events = try JSONScanner.events(in: bytes)
-        } catch let failure as JSONScanner.Failure {
-            throw WireError("data_list is not a JSON array of objects: \(failure)")
-        }
+        let (bytes, events) = try scan(body: body, maximumInflated: maximumInflated)
         return try events.enumerated().map { index, event in
             guard let id = event.eventID, !id.isEmpty else { throw WireError("event \(index) has no event_id") }
             guard event.hasEventName, event.hasProperties else {
@@ -45,20 +39,27 @@ public enum WireFormat {
         }
     }
 
-    /// Like `decode`, with each event's own JSON text as it arrived (to store it unchanged).
+    /// Like `decode`, with each event's own JSON text as it arrived.
     public static func decodeWithText(body: Data, maximumInflated: Int = 64 << 20) throws -> [(
         object: [String: Any], text: String
     )] {
-        let json = try jsonPayload(body: body, maximumInflated: maximumInflated)
-        guard let array = try? JSONSerialization.jsonObject(with: json) as? [Any] else {
-            throw WireError("data_list is not a JSON array")
+        let (bytes, events) = try scan(body: body, maximumInflated: maximumInflated)
+        return try events.enumerated().map { index, event in
+            let text = Data(bytes[event.text])
+            guard let object = try JSONSerialization.jsonObject(with: text) as? [String: Any] else {
+                throw WireError("element \(index) is not an object")
+            }
+            return (object, String(decoding: text, as: UTF8.self))
         }
-        let bytes = [UInt8](json)
-        let ranges = elementRanges(bytes)
-        guard ranges.count == array.count else { throw WireError("data_list elements could not be delimited") }
-        return try array.enumerated().map { index, element in
-            guard let object = element as? [String: Any] else { throw WireError("element \(index) is not an object") }
-            return (object, String(decoding: bytes[ranges[index]], as: UTF8.self))
+    }
+
+    /// The batch validated by the scanner: the JSON bytes and where each event is in them.
+    private static func scan(body: Data, maximumInflated: Int) throws -> ([UInt8], [JSONScanner.Event]) {
+        let bytes = [UInt8](try jsonPayload(body: body, maximumInflated: maximumInflated))
+        do {
+            return (bytes, try JSONScanner.events(in: bytes))
+        } catch let failure as JSONScanner.Failure {
+            throw WireError("data_list is not a JSON array of objects: \(failure)")
         }
     }
 
@@ -84,60 +85,6 @@ public enum WireFormat {
         }
     }
 
-    /// Where each top-level element of a JSON array (already known to be valid) starts and ends.
-    static func elementRanges(_ bytes: [UInt8]) -> [Range<Int>] {
-        var ranges: [Range<Int>] = []
-        var depth = 0
-        var inString = false
-        var escaped = false
-        var start: Int?
-        for (index, byte) in bytes.enumerated() {
-            if inString {
-                if escaped {
-                    escaped = false
-                } else if byte == 0x5c {
-                    escaped = true
-                } else if byte == 0x22 {
-                    inString = false
-                }
-                continue
-            }
-            switch byte {
-            case 0x22:
-                inString = true
-                if depth == 1 && start == nil { start = index }
-            case 0x5b, 0x7b:
-                if depth == 1 && start == nil { start = index }
-                depth += 1
-            case 0x5d, 0x7d:
-                depth -= 1
-                if depth == 1, byte == 0x7d || byte == 0x5d, let first = start {
-                    ranges.append(first..<index + 1)
-                    start = nil
-                } else if depth == 0, let first = start {
-                    ranges.append(first..<trimmedEnd(bytes, first, index))
-                    start = nil
-                }
-            case 0x2c:
-                if depth == 1, let first = start {
-                    ranges.append(first..<trimmedEnd(bytes, first, index))
-                    start = nil
-                }
-            case 0x20, 0x0a, 0x0d, 0x09:
-                break
-            default:
-                if depth == 1 && start == nil { start = index }
-            }
-        }
-        return ranges
-    }
-
-    private static func trimmedEnd(_ bytes: [UInt8], _ start: Int, _ end: Int) -> Int {
-        var stop = end
-        while stop > start, [0x20, 0x0a, 0x0d, 0x09].contains(bytes[stop - 1]) { stop -= 1 }
-        return stop
-    }
-
     static let formSafe: CharacterSet = {
         var safe = CharacterSet.alphanumerics
         safe.insert(charactersIn: "-._*")
@@ -147,9 +94,6 @@ public enum WireFormat {
     static func formEscape(_ text: String) -> String {
         text.addingPercentEncoding(withAllowedCharacters: formSafe) ?? text
     }
-
-    /// For tests that build bodies by hand.
-    public static func formEscapeForTests(_ text: String) -> String { formEscape(text) }
 
     static func formUnescape(_ text: String) -> String? {
         text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding

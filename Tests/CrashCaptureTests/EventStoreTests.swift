@@ -1,6 +1,7 @@
-import CrashCapture
 import Foundation
 import Testing
+
+@testable import CrashCapture
 
 @Suite struct EventStoreTests {
     func events(_ range: Range<Int>, prefix: String = "e") -> [(id: String, payload: String)] {
@@ -147,7 +148,7 @@ import Testing
         expectError("crc=\(WireFormat.javaHashCode(notGzip))&gzip=1&data_list=\(notGzip)", "gzip")
         let notArray = try WireFormat.gzip(Data("{\"a\":1}".utf8)).base64EncodedString()
         expectError(
-            "crc=\(WireFormat.javaHashCode(notArray))&gzip=1&data_list=\(WireFormat.formEscapeForTests(notArray))",
+            "crc=\(WireFormat.javaHashCode(notArray))&gzip=1&data_list=\(WireFormat.formEscape(notArray))",
             "not a JSON array")
     }
 
@@ -178,7 +179,7 @@ import Testing
         let parsed = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         var tree = parsed
         tree["native"] = ["flag": true, "count": 3, "offset": UInt64(7), "ratio": 0.25] as [String: Any]
-        let written = JSONTextForTests.serialize(tree)
+        let written = JSONText.serialize(tree)
         let reparsed = try #require(try JSONSerialization.jsonObject(with: Data(written.utf8)) as? [String: Any])
         #expect(reparsed["b"] as? Bool == true && reparsed["f"] as? Bool == false)
         #expect(reparsed["i"] as? Int == -42 && reparsed["big"] as? Int == 1_795_320_933_540)
@@ -194,7 +195,7 @@ import Testing
 @Suite struct JSONScannerTests {
     func events(_ json: String) throws -> [(id: String, text: String)] {
         let data = Data(json.utf8).base64EncodedString()
-        let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscapeForTests(data))"
+        let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscape(data))"
         return try WireFormat.decodeEvents(body: Data(form.utf8))
     }
 
@@ -231,7 +232,7 @@ import Testing
                 Array("[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"".utf8) + bad
                 + Array("\"}}]".utf8)
             let data = Data(json).base64EncodedString()
-            let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscapeForTests(data))"
+            let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscape(data))"
             #expect(throws: WireError.self) { try WireFormat.decodeEvents(body: Data(form.utf8)) }
         }
         let fine = try events("[{\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]")

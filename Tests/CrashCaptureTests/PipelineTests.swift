@@ -1,6 +1,7 @@
-import CrashCapture
 import Foundation
 import Testing
+
+@testable import CrashCapture
 
 #if canImport(Glibc)
     import Glibc
@@ -36,7 +37,7 @@ final class CollectorProcess {
         request.httpMethod = method
         request.httpBody = body
         let done = DispatchSemaphore(value: 0)
-        let result = Locked<(Int, Data)>((0, Data()))
+        let result = Box<(Int, Data)>((0, Data()))
         URLSession.shared.dataTask(with: request) { data, response, _ in
             result.value = ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data())
             done.signal()
@@ -53,11 +54,6 @@ final class CollectorProcess {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
     }
-}
-
-final class Locked<T>: @unchecked Sendable {
-    var value: T
-    init(_ value: T) { self.value = value }
 }
 
 @Suite(.serialized) struct PipelineTests {
