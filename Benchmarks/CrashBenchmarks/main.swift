@@ -178,10 +178,12 @@ func monotonic() -> UInt64 {
 /// insert per transaction; then upload of a full store to the local collector.
 func pipelineBenchmarks(events: Int) throws {
     let directory = temporaryDirectory()
-    try CrashCapture.install(
-        .init(
-            directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
-            storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false))
+    let configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false)
+    let installStart = monotonic()
+    try CrashCapture.install(configuration)
+    let firstInstall = Double(monotonic() - installStart) / 1e6
     let threads = 4
     let perThread = events / threads
     let samples = Samples()
@@ -223,6 +225,14 @@ func pipelineBenchmarks(events: Int) throws {
     print("\nbatched writer / one insert per transaction: \(format(rate / singleRate, 1))x\n")
     let uploadPayloads = try store.events(limit: min(count, 50_000)).map { ($0.eventID, $0.payload) }
     CrashCapture.uninstall()
+    // The whole Swift install, crash path and event store, on the caller's thread: into a new
+    // directory, and again over the store just filled.
+    let reinstallStart = monotonic()
+    try CrashCapture.install(configuration)
+    let fullInstall = Double(monotonic() - reinstallStart) / 1e6
+    CrashCapture.uninstall()
+    print("| CrashCapture.install(), new directory and empty store | \(format(firstInstall, 2)) ms |")
+    print("| CrashCapture.install() over a store of \(count) events | \(format(fullInstall, 2)) ms |\n")
 
     // Upload: a store full of events, sent in batches of 50 to the collector over loopback.
     let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")

@@ -221,11 +221,12 @@ extension CrashCapture {
 
     static func makePipeline(_ configuration: Configuration) throws -> EventPipeline {
         let directory = configuration.directory
+        // The full integrity read waits for the writer queue (below): not on the caller's thread.
         let store = try EventStore(
-            path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits)
-        if let moved = store.movedAside {
-            FileHandle.standardError.write(
-                Data("CrashCapture: the event store was \(moved.reason); it was moved to \(moved.path)\n".utf8))
+            path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits,
+            verifyNow: false)
+        if let notice = store.movedAsideNotice {
+            FileHandle.standardError.write(Data("CrashCapture: \(notice)\n".utf8))
         }
         var endpoint = configuration.serverURL
         if let fromEnvironment = ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
@@ -248,9 +249,13 @@ extension CrashCapture {
         {
             pipeline.setLoginID(saved)
         }
-        // Crash files of earlier sessions go in first, so the store keeps the order events happened in.
+        // First on the writer queue: the integrity check, then crash files of earlier sessions,
+        // so that the store keeps the order events happened in.
         let replayer = CrashReplayer(directory: directory, store: store)
         pipeline.onWriter {
+            if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {
+                FileHandle.standardError.write(Data("CrashCapture: \(notice)\n".utf8))
+            }
             let summary = replayer.replayAll()
             for file in summary.files where file.outcome == .damaged {
                 FileHandle.standardError.write(

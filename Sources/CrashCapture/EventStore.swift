@@ -50,7 +50,7 @@ public final class EventStore: @unchecked Sendable {
     /// Set when the file found at `path` was damaged or not ours and was renamed, not deleted.
     public private(set) var movedAside: (path: String, reason: String)?
 
-    private let connection: SQLiteConnection
+    private var connection: SQLiteConnection!
     private let lock = NSLock()
     private var eventCount = 0
     private var eventBytes = 0
@@ -59,35 +59,113 @@ public final class EventStore: @unchecked Sendable {
     private var rememberStatement: SQLiteStatement!
     private var seenStatement: SQLiteStatement!
 
-    public init(path: String, limits: Limits = Limits()) throws {
+    /// `verifyNow`: read the whole file for damage before returning (SQLite's quick_check,
+    /// tens of ms for a full store). The SDK passes false and calls `checkIntegrity()` on its
+    /// writer queue instead, off the installing thread; damage that shows at open (not a
+    /// database, not ours) is always caught here.
+    public init(path: String, limits: Limits = Limits(), verifyNow: Bool = true) throws {
         guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
             throw CrashCaptureError.invalidArgument("event store limits must be positive")
         }
         self.path = path
         self.limits = limits
-        var moved: (path: String, reason: String)?
-        var opened: SQLiteConnection
         do {
-            opened = try Self.openChecked(path)
+            connection = try Self.openChecked(path, verify: verifyNow)
         } catch let problem as StoreProblem {
-            let aside = try Self.moveAside(path)
-            moved = (aside, problem.reason)
-            opened = try Self.openChecked(path)
+            try startOver(problem)
+            return
         }
-        connection = opened
-        movedAside = moved
+        try load()
+    }
+
+    /// Reads the whole file for damage; a damaged store is moved aside and a new one started.
+    /// Returns whether that happened (`movedAside` then says where to, and why).
+    @discardableResult
+    public func checkIntegrity() throws -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        let result: String
+        do {
+            result = try connection.scalarText("PRAGMA quick_check(1)")
+        } catch let error as SQLiteError where error.isCorruption {
+            result = error.message
+        }
+        guard result != "ok" else { return false }
+        try startOver(StoreProblem(reason: "damaged: \(result)"))
+        return true
+    }
+
+    /// A one-line account of a store that was moved aside, for the operator.
+    public var movedAsideNotice: String? {
+        movedAside.map { "the event store \(path) was \($0.reason); it was moved to \($0.path)" }
+    }
+
+    private func startOver(_ problem: StoreProblem) throws {
+        // Statements and the connection go first, so the file is closed before it is renamed.
+        insertStatement = nil
+        rememberStatement = nil
+        seenStatement = nil
+        connection = nil
+        let aside = try Self.moveAside(path)
+        movedAside = (aside, problem.reason)
+        connection = try Self.openChecked(path, verify: false)
+        try load()
+    }
+
+    private func load() throws {
+        contextIDs = [:]
         try prepareStatements()
-        eventCount = Int(try connection.scalarInt("SELECT COUNT(*) FROM events"))
-        eventBytes = Int(try connection.scalarInt("SELECT COALESCE(SUM(bytes), 0) FROM events"))
+        try readTotals()
         // Rows a dead process was uploading go back in line; the collector de-duplicates.
         try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight != 0")
+    }
+
+    /// The count and size of the stored events, kept in `meta` by every change (in the same
+    /// transaction), so that opening a full store does not read every row to add them up.
+    private func readTotals() throws {
+        let totals = try connection.prepare("SELECT key, value FROM meta WHERE key IN ('count', 'bytes')")
+        var found: [String: Int] = [:]
+        while try totals.step() { found[totals.text(0)] = Int(totals.int64(1)) }
+        totals.reset()
+        if let count = found["count"], let bytes = found["bytes"] {
+            eventCount = count
+            eventBytes = bytes
+            return
+        }
+        let scan = try connection.prepare("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events")
+        if try scan.step() {
+            eventCount = Int(scan.int64(0))
+            eventBytes = Int(scan.int64(1))
+        }
+        scan.reset()
+        try saveTotals()
+    }
+
+    private func saveTotals() throws {
+        try connection.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('count', \(eventCount)), ('bytes', \(eventBytes))")
+    }
+
+    /// One transaction that changes the events: the totals are saved with it, and restored
+    /// from the store if it is rolled back.
+    private func change<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try connection.transaction {
+                let result = try body()
+                try saveTotals()
+                return result
+            }
+        } catch {
+            try? readTotals()
+            throw error
+        }
     }
 
     private struct StoreProblem: Error {
         let reason: String
     }
 
-    private static func openChecked(_ path: String) throws -> SQLiteConnection {
+    private static func openChecked(_ path: String, verify: Bool) throws -> SQLiteConnection {
         let connection: SQLiteConnection
         do {
             connection = try SQLiteConnection(path: path)
@@ -96,8 +174,10 @@ public final class EventStore: @unchecked Sendable {
             if application != applicationID && tables > 0 {
                 throw StoreProblem(reason: "not a CrashCapture event store (application id \(application))")
             }
-            let check = try connection.scalarText("PRAGMA quick_check(1)")
-            if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
+            if verify {
+                let check = try connection.scalarText("PRAGMA quick_check(1)")
+                if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
+            }
             _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
             try connection.execute("PRAGMA synchronous = NORMAL")
             // After a burst the WAL file shrinks back instead of keeping its largest size.
@@ -112,6 +192,7 @@ public final class EventStore: @unchecked Sendable {
                     bytes INTEGER NOT NULL,
                     in_flight INTEGER NOT NULL DEFAULT 0,
                     context INTEGER NOT NULL DEFAULT 0);
+                CREATE INDEX IF NOT EXISTS events_in_flight ON events(seq) WHERE in_flight != 0;
                 CREATE TABLE IF NOT EXISTS contexts(id INTEGER PRIMARY KEY, text TEXT NOT NULL UNIQUE);
                 CREATE TABLE IF NOT EXISTS rejected_events(
                     event_id TEXT PRIMARY KEY,
@@ -157,7 +238,7 @@ public final class EventStore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         var result = InsertResult()
-        try connection.transaction {
+        try change {
             let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
             for event in events {
                 if rememberIDs {
@@ -274,7 +355,7 @@ public final class EventStore: @unchecked Sendable {
     public func complete(_ batch: Batch) throws {
         lock.lock()
         defer { lock.unlock() }
-        try connection.transaction { try remove(batch) }
+        try change { try remove(batch) }
     }
 
     /// The attempt failed in a way worth retrying: the events go back in line, in place.
@@ -290,7 +371,7 @@ public final class EventStore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try connection.transaction {
+        try change {
             let move = try connection.prepare(
                 """
                 INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)

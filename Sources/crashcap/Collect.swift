@@ -56,9 +56,8 @@ extension Crashcap {
             } catch {
                 throw Crashcap.fail("\(error)", code: 69)
             }
-            if let moved = collector.store.movedAside {
-                FileHandle.standardError.write(
-                    Data("crashcap: \(db) was \(moved.reason); moved to \(moved.path)\n".utf8))
+            if let notice = collector.store.movedAsideNotice {
+                FileHandle.standardError.write(Data("crashcap: \(notice)\n".utf8))
             }
             // Written straight to the descriptor: whoever started us waits for this line.
             FileHandle.standardOutput.write(Data("listening on \(collector.url)\n".utf8))

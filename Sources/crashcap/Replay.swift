@@ -21,9 +21,8 @@ struct DirectoryOptions: ParsableArguments {
         }
         do {
             let opened = try EventStore(path: store ?? directory + "/events.sqlite")
-            if let moved = opened.movedAside {
-                FileHandle.standardError.write(
-                    Data("crashcap: the event store was \(moved.reason); moved to \(moved.path)\n".utf8))
+            if let notice = opened.movedAsideNotice {
+                FileHandle.standardError.write(Data("crashcap: \(notice)\n".utf8))
             }
             return opened
         } catch {

@@ -269,3 +269,50 @@ import Testing
         #expect(dump.stdout.trimmingCharacters(in: .newlines) == read[0].payload, "rejected events are kept whole")
     }
 }
+
+@Suite struct EventStoreOpeningTests {
+    func filledStore(_ count: Int) throws -> String {
+        let path = makeTemporaryDirectory("opening") + "/events.sqlite"
+        let store = try EventStore(path: path)
+        let payload = String(repeating: "p", count: 300)
+        try store.insert((0..<count).map { ("e\($0)", "{\"event\":\"x\",\"pad\":\"\(payload)\",\"n\":\($0)}") })
+        return path
+    }
+
+    @Test func totalsSurviveReopeningAndMatchTheRows() throws {
+        let path = try filledStore(500)
+        do {
+            let store = try EventStore(path: path)
+            try store.complete(try #require(try store.claimBatch(limit: 50)))
+            try store.reject(try #require(try store.claimBatch(limit: 50)), status: 400, reason: "x")
+        }
+        let reopened = try EventStore(path: path)
+        let rows = try run("/usr/bin/env", ["sqlite3", path, "SELECT COUNT(*) || ' ' || SUM(bytes) FROM events"])
+        #expect(rows.stdout.trimmingCharacters(in: .newlines) == "\(reopened.count) \(reopened.byteCount)")
+        #expect(reopened.count == 400)
+    }
+
+    @Test func damageInsideTheFileIsFoundByTheIntegrityCheckAndMovedAside() throws {
+        let path = try filledStore(2000)
+        // Overwrite pages in the middle: the header is fine, so opening alone cannot tell.
+        let handle = try #require(FileHandle(forUpdatingAtPath: path))
+        let size = try handle.seekToEnd()
+        try handle.seek(toOffset: size / 2)
+        try handle.write(contentsOf: Data(repeating: 0xa5, count: 16384))
+        try handle.close()
+        let store = try EventStore(path: path, verifyNow: false)
+        #expect(store.movedAside == nil)
+        #expect(try store.checkIntegrity())
+        let moved = try #require(store.movedAside)
+        #expect(moved.reason.hasPrefix("damaged"))
+        #expect(FileManager.default.fileExists(atPath: moved.path), "the damaged file is kept")
+        #expect(store.count == 0)
+        try store.insert([("fresh", "{}")])
+        #expect(try store.events().map(\.eventID) == ["fresh"])
+        #expect(store.movedAsideNotice?.contains(moved.path) == true)
+        // The default open reads the whole file at once and finds the same thing.
+        let copy = makeTemporaryDirectory("opening") + "/events.sqlite"
+        try FileManager.default.copyItem(atPath: moved.path, toPath: copy)
+        #expect(try EventStore(path: copy).movedAside?.reason.hasPrefix("damaged") == true)
+    }
+}
