@@ -29,7 +29,7 @@ public final class IngestCollector: @unchecked Sendable {
     let faults: Faults
     private var listener: Int32 = -1
     private let lock = NSLock()
-    private var requestCount = 0
+    private var uploadCount = 0
     private var stopped = false
     private let connections = DispatchSemaphore(value: 64)
 
@@ -120,6 +120,8 @@ public final class IngestCollector: @unchecked Sendable {
         var target: String
         var headers: [String: String]
         var body: Data
+        /// The target without its query.
+        var path: String { target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target }
     }
 
     struct Response {
@@ -139,14 +141,18 @@ public final class IngestCollector: @unchecked Sendable {
                 return
             case .request(let parsed): request = parsed
             }
-            lock.lock()
-            let number = requestCount
-            requestCount += 1
-            lock.unlock()
-            if number < faults.dropFirst { return }
-            if faults.delayMilliseconds > 0 { usleep(UInt32(faults.delayMilliseconds) * 1000) }
+            // Faults are for uploads: reading /events or /health neither triggers nor uses them up.
+            var upload: Int?
+            if request.method == "POST" && request.path == "/sa" {
+                lock.lock()
+                upload = uploadCount
+                uploadCount += 1
+                lock.unlock()
+            }
+            if let upload, upload < faults.dropFirst { return }
+            if upload != nil, faults.delayMilliseconds > 0 { usleep(UInt32(faults.delayMilliseconds) * 1000) }
             let response: Response
-            if number < faults.dropFirst + faults.failFirst && request.target.hasPrefix("/sa") {
+            if let upload, upload < faults.dropFirst + faults.failFirst {
                 response = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
             } else {
                 response = route(request)
@@ -247,7 +253,7 @@ public final class IngestCollector: @unchecked Sendable {
     }
 
     func route(_ request: Request) -> Response {
-        let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.target
+        let path = request.path
         switch (request.method, path) {
         case ("POST", "/sa"): return ingest(request.body)
         case ("GET", "/events"): return listEvents(request.target)

@@ -25,7 +25,7 @@ extension Crashcap {
         @Option(help: "SQLite file for the received events.")
         var db: String
 
-        @Option(help: "Close the connection of the first N requests without answering (fault injection).")
+        @Option(help: "Close the connection of the first N uploads without answering (fault injection).")
         var dropFirst = 0
 
         @Option(help: "Answer the next N uploads with --fail-status (fault injection).")
@@ -34,7 +34,7 @@ extension Crashcap {
         @Option(help: "Status for --fail-first.")
         var failStatus = 500
 
-        @Option(help: "Wait this many ms before every response (fault injection).")
+        @Option(help: "Wait this many ms before answering each upload (fault injection).")
         var delayMs = 0
 
         func validate() throws {

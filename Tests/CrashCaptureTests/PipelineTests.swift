@@ -226,6 +226,33 @@ final class CollectorProcess {
         #expect(try collector.request("DELETE", "/events", body: nil).0 == 405)
     }
 
+    @Test func faultsApplyToUploadsOnly() throws {
+        let collector = try CollectorProcess(["--drop-first", "1", "--fail-first", "1"])
+        let batch = String(
+            decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"]),
+            as: UTF8.self)
+        // A plain client, one connection per request: URLSession retries a dropped keep-alive
+        // connection on its own, which would hide what the server did.
+        let client = """
+            import http.client, sys
+            host, port = sys.argv[1].split("//")[1].split("/")[0].split(":")
+            def ask(method, path, body=None):
+                connection = http.client.HTTPConnection(host, int(port), timeout=10)
+                try:
+                    connection.request(method, path, body)
+                    print(method, path, connection.getresponse().status)
+                except (http.client.RemoteDisconnected, ConnectionResetError):
+                    print(method, path, "dropped")
+            ask("GET", "/events"); ask("GET", "/health")
+            for _ in range(3): ask("POST", "/sa", sys.argv[2])
+            """
+        let result = try run("/usr/bin/env", ["python3", "-c", client, collector.url, batch])
+        #expect(
+            result.stdout
+                == "GET /events 200\nGET /health 200\nPOST /sa dropped\nPOST /sa 500\nPOST /sa 200\n",
+            "\(result.stderr)")
+    }
+
     @Test func deduplicatesByEventID() throws {
         let collector = try CollectorProcess()
         let batch = try WireFormat.encode(events: [
