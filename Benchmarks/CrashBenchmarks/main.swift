@@ -211,6 +211,7 @@ func pipelineBenchmarks(events: Int) throws {
     print("|---|---|")
     print("| sustained rate, first call to last event committed | \(format(rate, 0)) events/s |")
     print("| tracking alone (callers' view) | \(format(Double(count) / (Double(tracked - start) / 1e9), 0)) events/s |")
+    print("| events dropped before the store (more than a million waiting) | \(CrashCapture.droppedBeforeStore) |")
     print(
         "| track() call, median / p99 / p99.9 | \(format(latency.median / 1000, 2)) / \(format(latency.percentile(0.99) / 1000, 2)) / \(format(latency.percentile(0.999) / 1000, 2)) µs |"
     )
@@ -271,6 +272,13 @@ func pipelineBenchmarks(events: Int) throws {
     print("| rate | \(format(Double(received) / uploadSeconds, 0)) events/s |")
     print("| failed attempts | \(uploader.statistics.failedAttempts) |")
     print(splitLine)
+    // The same collector behind a plain keep-alive client: what it and loopback allow without URLSession.
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/upload_baseline.py"
+    let baseline = try output("/usr/bin/env", ["python3", script, collector.url], [:])
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+    print("| python3 http.client, keep-alive, same collector and batches | \(baseline) events/s |")
     collector.stop()
 }
 

@@ -48,14 +48,14 @@ final class EventPipeline: @unchecked Sendable {
         var events: [(sequence: UInt64, event: PendingEvent)] = []
     }
 
-    private static let shardCount = 8
-    private let shards = (0..<EventPipeline.shardCount).map { _ in Shard() }
+    private static let shardBits = 3
+    private let shards = (0..<(1 << EventPipeline.shardBits)).map { _ in Shard() }
+    private let pending = Atomic<Int>(0)
+    private let dropped = Atomic<Int>(0)
+    private let drainScheduled = Atomic<Bool>(false)
     private let sequence = Atomic<UInt64>(0)
     private let lock = NSLock()
-    private var drainScheduled = false
-    private var pendingCount = 0
     private var counter: UInt64 = 0
-    private var droppedPending = 0
     private var loginID: String?
     private let writer = DispatchQueue(label: "CrashCapture.writer", qos: .utility)
     private var ended = false
@@ -68,18 +68,28 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     func enqueue(_ event: PendingEvent) {
+        // The limit counts every queue together, however the calling threads spread over them.
+        guard pending.wrappingAdd(1, ordering: .relaxed).oldValue < maximumPending else {
+            pending.wrappingSubtract(1, ordering: .relaxed)
+            dropped.wrappingAdd(1, ordering: .relaxed)
+            return
+        }
         let order = sequence.wrappingAdd(1, ordering: .relaxed).newValue
-        let shard = shards[Int((UInt(pthread_self()) >> 8) % UInt(Self.shardCount))]
+        let shard = shards[Self.shardIndex()]
         shard.lock.lock()
-        let full = shard.events.count >= maximumPending / Self.shardCount
-        if !full { shard.events.append((order, event)) }
+        shard.events.append((order, event))
         shard.lock.unlock()
-        lock.lock()
-        if full { droppedPending += 1 }
-        let schedule = !drainScheduled && !full
-        if schedule { drainScheduled = true }
-        lock.unlock()
-        if schedule { writer.async { self.drain() } }
+        if drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+            writer.async { self.drain() }
+        }
+    }
+
+    /// The queue for the calling thread. pthread_t is the address of the thread's control
+    /// block, and those of different threads differ only in high bits (they sit a stack apart):
+    /// a multiplicative hash spreads all of them over the queues.
+    static func shardIndex() -> Int {
+        let hash = UInt64(UInt(pthread_self())) &* 0x9E37_79B9_7F4A_7C15
+        return Int(truncatingIfNeeded: hash >> UInt64(64 - shardBits))
     }
 
     /// Runs work on the writer queue, ahead of events tracked after this call.
@@ -104,15 +114,12 @@ final class EventPipeline: @unchecked Sendable {
         writer.sync { self.drain() }
     }
 
-    var droppedBeforeStore: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return droppedPending
-    }
+    var droppedBeforeStore: Int { dropped.load(ordering: .relaxed) }
 
     private func drain() {
+        // Cleared before the queues are emptied: an event added after this schedules another drain.
+        drainScheduled.store(false, ordering: .sequentiallyConsistent)
         lock.lock()
-        drainScheduled = false
         let login = loginID
         lock.unlock()
         var batch: [(sequence: UInt64, event: PendingEvent)] = []
@@ -123,6 +130,7 @@ final class EventPipeline: @unchecked Sendable {
             shard.lock.unlock()
         }
         guard !batch.isEmpty else { return }
+        pending.wrappingSubtract(batch.count, ordering: .relaxed)
         batch.sort { $0.sequence < $1.sequence }
         lock.lock()
         var number = counter
