@@ -48,6 +48,12 @@ public enum CrashFileReader {
             throw CrashCaptureError.io("cannot open \(path)")
         }
         defer { try? handle.close() }
+        return try read(handle)
+    }
+
+    /// Reads from an open file, from its start.
+    public static func read(_ handle: FileHandle) throws -> CrashFileContents {
+        try handle.seek(toOffset: 0)
         let data = try handle.read(upToCount: CrashFileFormat.maximumFileSize + 1) ?? Data()
         var contents = parse(Array(data.prefix(CrashFileFormat.maximumFileSize)))
         if data.count > CrashFileFormat.maximumFileSize {

@@ -58,18 +58,21 @@ public struct CrashReplayer: Sendable {
 
     public func replay(_ path: String) -> FileResult {
         var result = FileResult(path: path, outcome: .imported)
-        // A named crash file still locked belongs to a live process (filesystems without O_TMPFILE).
+        // One descriptor, locked for the whole import: a named crash file still locked belongs to
+        // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        if fd >= 0 {
-            defer { close(fd) }
+        let file = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
+        defer { withExtendedLifetime(file) {} }
+        let contents: CrashFileContents
+        do {
+            guard let file else {
+                throw CrashCaptureError.io("cannot open \(path): \(String(cString: strerror(errno)))")
+            }
             if flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK {
                 result.outcome = .skippedLive
                 return result
             }
-        }
-        let contents: CrashFileContents
-        do {
-            contents = try CrashFileReader.read(path: path)
+            contents = try CrashFileReader.read(file)
         } catch {
             result.outcome = .damaged
             result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
