@@ -41,9 +41,14 @@ func timedRun(_ path: String, _ arguments: [String], _ environment: [String: Str
     return (ms, signaled ? wait & 0x7f : nil)
 }
 
+/// Every directory made, removed when the benchmarks end: a pipeline run writes hundreds of
+/// megabytes, and left behind they would slow the next run's disk.
+nonisolated(unsafe) var temporaryDirectories: [String] = []
+
 func temporaryDirectory() -> String {
     let path = NSTemporaryDirectory() + "crashcap-bench-\(UUID().uuidString)"
     try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    temporaryDirectories.append(path)
     return path
 }
 
@@ -355,6 +360,8 @@ func option(_ name: String, default value: Int) -> Int {
     guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return value }
     return Int(arguments[index + 1]) ?? value
 }
+
+defer { for path in temporaryDirectories { try? FileManager.default.removeItem(atPath: path) } }
 
 switch command {
 case "crash":

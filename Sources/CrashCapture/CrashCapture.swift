@@ -134,7 +134,7 @@ public enum CrashCapture {
             throw CrashCaptureError.invalidArgument(
                 "login id must be 1 to 255 printable bytes without quotes or backslashes")
         }
-        pipeline.setLoginID(loginID)
+        pipeline.setLoginID(loginID, distinctID: loginID)
         try? Data(loginID.utf8).write(to: URL(fileURLWithPath: directory + "/login_id"), options: .atomic)
         pipeline.enqueue(
             PendingEvent(
@@ -145,8 +145,9 @@ public enum CrashCapture {
     /// Back to the anonymous distinct id.
     public static func logout() {
         guard let pipeline = state.current, let directory = state.directory else { return }
-        pipeline.setLoginID(nil)
-        if let anonymous = state.anonymousID { _ = crashcapture_set_distinct_id(anonymous) }
+        let anonymous = state.anonymousID ?? ""
+        pipeline.setLoginID(nil, distinctID: anonymous)
+        _ = crashcapture_set_distinct_id(anonymous)
         try? FileManager.default.removeItem(atPath: directory + "/login_id")
     }
 
@@ -240,14 +241,15 @@ extension CrashCapture {
         let uploader = try endpoint.map { try Uploader(endpoint: $0, store: store, options: configuration.upload) }
         let identity = EventPipeline.Identity(
             sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,
-            staticProperties: String(cString: crashcapture_static_properties_json()))
+            staticProperties: String(cString: crashcapture_static_properties_json()),
+            distinctID: String(cString: crashcapture_distinct_id()))
         let pipeline = EventPipeline(store: store, identity: identity, uploader: uploader)
         state.directory = directory
         state.anonymousID = String(cString: crashcapture_distinct_id())
         if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
             crashcapture_set_distinct_id(saved) == 0
         {
-            pipeline.setLoginID(saved)
+            pipeline.setLoginID(saved, distinctID: saved)
         }
         // First on the writer queue: the integrity check, then crash files of earlier sessions,
         // so that the store keeps the order events happened in.
@@ -256,6 +258,7 @@ extension CrashCapture {
             if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {
                 FileHandle.standardError.write(Data("CrashCapture: \(notice)\n".utf8))
             }
+            try? store.pruneContexts()
             let summary = replayer.replayAll()
             for file in summary.files where file.outcome == .damaged {
                 FileHandle.standardError.write(

@@ -2,19 +2,6 @@ import CCrashCapture
 import Foundation
 import Synchronization
 
-/// Serialized rows per chunk, written by concurrent workers, each to its own slot.
-private final class SerializedChunks: @unchecked Sendable {
-    private var slots: [[(id: String, payload: String)]]
-    private let lock = NSLock()
-    init(count: Int) { slots = Array(repeating: [], count: count) }
-    func set(_ index: Int, _ rows: [(id: String, payload: String)]) {
-        lock.lock()
-        slots[index] = rows
-        lock.unlock()
-    }
-    func joined() -> [(id: String, payload: String)] { slots.flatMap { $0 } }
-}
-
 /// An event waiting for the writer: captured on the caller's thread, serialized off it.
 struct PendingEvent: Sendable {
     var name: String
@@ -23,6 +10,14 @@ struct PendingEvent: Sendable {
     var method: String
     var eventID: String?
     var extra: String?
+    /// Set on a marker, not an event: events tracked after it (in calling order) carry these ids.
+    var switchesTo: DistinctIdentity?
+}
+
+/// Who the events are about: the distinct id, and the login id when one is set.
+struct DistinctIdentity: Sendable, Equatable {
+    var distinctID: String
+    var loginID: String?
 }
 
 /// track() → in-memory queue → one background writer that serializes and inserts in batches
@@ -32,6 +27,8 @@ final class EventPipeline: @unchecked Sendable {
         var sessionID: String
         var appVersion: String
         var staticProperties: String
+        /// Events start with this distinct id (until a login or logout says otherwise).
+        var distinctID: String
     }
 
     let store: EventStore
@@ -57,6 +54,8 @@ final class EventPipeline: @unchecked Sendable {
     private let lock = NSLock()
     private var counter: UInt64 = 0
     private var loginID: String?
+    /// The identity of the events the writer is serializing now; the writer's alone.
+    private var written: DistinctIdentity
     private let writer = DispatchQueue(label: "CrashCapture.writer", qos: .utility)
     private var ended = false
 
@@ -65,11 +64,13 @@ final class EventPipeline: @unchecked Sendable {
         self.identity = identity
         self.uploader = uploader
         self.maximumPending = maximumPending
+        written = DistinctIdentity(distinctID: identity.distinctID, loginID: nil)
     }
 
     func enqueue(_ event: PendingEvent) {
         // The limit counts every queue together, however the calling threads spread over them.
-        guard pending.wrappingAdd(1, ordering: .relaxed).oldValue < maximumPending else {
+        // A change of identity is never dropped: it would mislabel every event after it.
+        guard pending.wrappingAdd(1, ordering: .relaxed).oldValue < maximumPending || event.switchesTo != nil else {
             pending.wrappingSubtract(1, ordering: .relaxed)
             dropped.wrappingAdd(1, ordering: .relaxed)
             return
@@ -103,10 +104,17 @@ final class EventPipeline: @unchecked Sendable {
         return loginID
     }
 
-    func setLoginID(_ id: String?) {
+    /// Events tracked from now on carry `distinctID` (the login id, or the anonymous id after a
+    /// logout). It is queued like an event, so events tracked before it keep the old ids however
+    /// late the writer gets to them.
+    func setLoginID(_ id: String?, distinctID: String) {
         lock.lock()
         loginID = id
         lock.unlock()
+        enqueue(
+            PendingEvent(
+                name: "", properties: [:], timeMilliseconds: 0, method: "",
+                switchesTo: DistinctIdentity(distinctID: distinctID, loginID: id)))
     }
 
     /// Waits until every event tracked before this call is in the store.
@@ -119,9 +127,6 @@ final class EventPipeline: @unchecked Sendable {
     private func drain() {
         // Cleared before the queues are emptied: an event added after this schedules another drain.
         drainScheduled.store(false, ordering: .sequentiallyConsistent)
-        lock.lock()
-        let login = loginID
-        lock.unlock()
         var batch: [(sequence: UInt64, event: PendingEvent)] = []
         for shard in shards {
             shard.lock.lock()
@@ -132,58 +137,79 @@ final class EventPipeline: @unchecked Sendable {
         guard !batch.isEmpty else { return }
         pending.wrappingSubtract(batch.count, ordering: .relaxed)
         batch.sort { $0.sequence < $1.sequence }
-        lock.lock()
-        var number = counter
-        counter += UInt64(batch.count)
-        lock.unlock()
-        let distinctID = login ?? CrashCapture.distinctID ?? ""
+        // Events, and the stretches of them that share one identity (and so one shared text).
+        var events: [PendingEvent] = []
+        events.reserveCapacity(batch.count)
+        var stretches: [(range: Range<Int>, shared: String)] = []
         let pid = getpid()
-        // Large drains are serialized on every core; the insert below stays in order.
-        let first = number
-        let chunks = batch.count >= 4096 ? ProcessInfo.processInfo.activeProcessorCount : 1
-        let size = (batch.count + chunks - 1) / chunks
-        let parts = SerializedChunks(count: chunks)
-        let ordered = batch
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let range = (chunk * size)..<min(ordered.count, (chunk + 1) * size)
-            var rows: [(id: String, payload: String)] = []
-            rows.reserveCapacity(range.count)
-            for index in range {
-                let event = ordered[index].event
-                // Fixed width, so ids sort in the order they were made and the unique index appends.
-                let id = event.eventID ?? identity.sessionID + "-" + Self.padded(first + UInt64(index) + 1)
-                rows.append((id, serialize(event, id: id, distinctID: distinctID, login: login != nil, pid: pid)))
+        var start = 0
+        for (_, event) in batch {
+            guard let identity = event.switchesTo else {
+                events.append(event)
+                continue
             }
-            parts.set(chunk, rows)
+            if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
+            written = identity
+            start = events.count
         }
-        number += UInt64(batch.count)
-        let rows = parts.joined()
-        do {
-            try store.insert(rows, context: identity.staticProperties)
-            uploader?.noteInserted()
-        } catch {
-            FileHandle.standardError.write(Data("CrashCapture: could not store \(rows.count) events: \(error)\n".utf8))
+        if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
+        guard !events.isEmpty else { return }
+        lock.lock()
+        let first = counter
+        counter += UInt64(events.count)
+        lock.unlock()
+        let ordered = events
+        // One event's row; ids are fixed width, so they sort in the order they were made and the
+        // unique index appends.
+        let row: @Sendable (Int) -> (id: String, payload: String) = { index in
+            let event = ordered[index]
+            let id = event.eventID ?? self.identity.sessionID + "-" + Self.padded(first + UInt64(index) + 1)
+            return (id, self.serialize(event, id: id))
+        }
+        // A large drain goes in as a pipeline of transactions: while one chunk is inserted on this
+        // thread, the next is serialized on another core. Order is kept: chunks go in one by one.
+        let chunks = stretches.flatMap { stretch in
+            stride(from: stretch.range.lowerBound, to: stretch.range.upperBound, by: Self.chunkSize).map {
+                (range: $0..<min(stretch.range.upperBound, $0 + Self.chunkSize), shared: stretch.shared)
+            }
+        }
+        var rows = chunks[0].range.map(row)
+        for (index, chunk) in chunks.enumerated() {
+            let next = Box<[(id: String, payload: String)]>([])
+            let serializing = DispatchGroup()
+            if index + 1 < chunks.count {
+                let following = chunks[index + 1].range
+                DispatchQueue.global(qos: .utility).async(group: serializing) { next.value = following.map(row) }
+            }
+            do {
+                try store.insert(rows, context: chunk.shared)
+                uploader?.noteInserted()
+            } catch {
+                FileHandle.standardError.write(
+                    Data("CrashCapture: could not store \(rows.count) events: \(error)\n".utf8))
+            }
+            serializing.wait()
+            rows = next.value
         }
     }
+
+    /// Events per insert transaction when a drain is large.
+    static let chunkSize = 8192
 
     static func padded(_ number: UInt64) -> String {
         let digits = String(number)
         return String(repeating: "0", count: max(0, 12 - digits.utf8.count)) + digits
     }
 
-    func serialize(_ event: PendingEvent, id: String, distinctID: String, login: Bool, pid: Int32) -> String {
+    /// An event's own part: name, time, id, method and properties. The marker stands for the rest
+    /// (`sharedText`), which the store keeps once and puts back on every read.
+    func serialize(_ event: PendingEvent, id: String) -> String {
         var json = "{\"type\":\"track\",\"event\":"
-        json.reserveCapacity(512 + identity.staticProperties.utf8.count)
+        json.reserveCapacity(192)
         JSONText.appendQuoted(event.name, to: &json)
-        json += ",\"time\":\(event.timeMilliseconds),\"distinct_id\":"
-        JSONText.appendQuoted(distinctID, to: &json)
-        if login { json += ",\"login_id\":" + JSONText.quoted(distinctID) }
-        json += ",\"event_id\":\"\(id)\",\"session_id\":\"\(identity.sessionID)\",\"lib\":{\"$lib\":\"CrashCapture\""
-        json += ",\"$lib_version\":\"\(CrashCapture.version)\",\"$lib_method\":\"\(event.method)\",\"$app_version\":"
-        JSONText.appendQuoted(identity.appVersion, to: &json)
-        json += "},\"properties\":{"
+        json +=
+            ",\"time\":\(event.timeMilliseconds),\"event_id\":\"\(id)\",\"lib\":{\"$lib_method\":\"\(event.method)\","
         json += EventStore.contextMarker
-        json += ",\"$pid\":\(pid)"
         if let extra = event.extra { json += "," + extra }
         for (key, value) in event.properties {
             json += ","
@@ -192,6 +218,20 @@ final class EventPipeline: @unchecked Sendable {
             JSONText.appendValue(value, to: &json)
         }
         json += "}}"
+        return json
+    }
+
+    /// What every event of this session (and login) has in common, from the middle of `lib` to
+    /// the middle of `properties`: most of each event's bytes, so it is stored once, not per row.
+    func sharedText(_ ids: DistinctIdentity, pid: Int32) -> String {
+        var json = "\"$lib\":\"CrashCapture\",\"$lib_version\":\"\(CrashCapture.version)\",\"$app_version\":"
+        JSONText.appendQuoted(identity.appVersion, to: &json)
+        json += "},\"distinct_id\":"
+        JSONText.appendQuoted(ids.distinctID, to: &json)
+        if let login = ids.loginID { json += ",\"login_id\":" + JSONText.quoted(login) }
+        json += ",\"session_id\":\"\(identity.sessionID)\",\"properties\":{"
+        if !identity.staticProperties.isEmpty { json += identity.staticProperties + "," }
+        json += "\"$pid\":\(pid)"
         return json
     }
 

@@ -37,9 +37,9 @@ public final class EventStore: @unchecked Sendable {
     /// Application id in the SQLite header ("CCAP"): tells our database from someone else's.
     static let applicationID: Int64 = 0x4343_4150
     static let schemaVersion: Int64 = 2
-    /// Stands in a stored payload for its session's static properties (the `contexts` row):
-    /// they are most of every event's bytes, so each session stores them once. A raw 0x01
-    /// cannot occur in our JSON, where control characters are always escaped.
+    /// Stands in a stored payload for the text its session's events share (the `contexts` row:
+    /// ids, library, static properties): most of every event's bytes, so each session stores
+    /// them once. A raw 0x01 cannot occur in our JSON, where control characters are always escaped.
     public static let contextMarker = "\u{1}"
     /// Every read gives the payload back whole.
     static let payloadColumn =
@@ -286,6 +286,15 @@ public final class EventStore: @unchecked Sendable {
         guard try select.step() else { throw CrashCaptureError.io("cannot record the event context") }
         contextIDs[text] = select.int64(0)
         return select.int64(0)
+    }
+
+    /// Forgets shared texts that no stored event refers to any more (each session and each login
+    /// leaves one behind). Reads every row, so the SDK calls it on its writer queue.
+    public func pruneContexts() throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try connection.execute("DELETE FROM contexts WHERE id NOT IN (SELECT context FROM events)")
+        contextIDs.removeAll()
     }
 
     /// Drops the oldest events (never ones in flight) until both limits hold again.

@@ -7,7 +7,8 @@ import Testing
 @Suite struct EventPipelineTests {
     func pipeline(maximumPending: Int) throws -> EventPipeline {
         let store = try EventStore(path: makeTemporaryDirectory("pipeline-unit") + "/events.sqlite")
-        let identity = EventPipeline.Identity(sessionID: "session", appVersion: "1", staticProperties: "\"k\":1")
+        let identity = EventPipeline.Identity(
+            sessionID: "session", appVersion: "1", staticProperties: "\"k\":1", distinctID: "anonymous")
         return EventPipeline(store: store, identity: identity, uploader: nil, maximumPending: maximumPending)
     }
 
@@ -33,6 +34,51 @@ import Testing
         held.signal()
         pipeline.flushToStore()
         #expect(pipeline.store.count == 10)
+    }
+
+    @Test func storedEventsReadBackAsWholeSensorsEvents() throws {
+        let pipeline = try pipeline(maximumPending: 100)
+        pipeline.enqueue(
+            PendingEvent(
+                name: "Buy", properties: ["item": "tea", "count": .int(2)], timeMilliseconds: 1234, method: "code"))
+        pipeline.setLoginID("user-7", distinctID: "user-7")
+        pipeline.enqueue(PendingEvent(name: "$AppEnd", properties: [:], timeMilliseconds: 1300, method: "autoTrack"))
+        pipeline.setLoginID(nil, distinctID: "anonymous")
+        pipeline.enqueue(PendingEvent(name: "Later", properties: [:], timeMilliseconds: 1400, method: "code"))
+        pipeline.flushToStore()
+        let stored = try pipeline.store.events()
+        #expect(stored.count == 3)
+        let events = try stored.map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any])
+        }
+        let buy = events[0]
+        #expect(buy["type"] as? String == "track")
+        #expect(buy["event"] as? String == "Buy")
+        #expect(buy["time"] as? Int == 1234)
+        #expect(buy["event_id"] as? String == stored[0].eventID)
+        #expect(buy["session_id"] as? String == "session")
+        #expect(buy["distinct_id"] as? String == "anonymous")
+        #expect(buy["login_id"] == nil, "tracked before the login, written after it")
+        let lib = try #require(buy["lib"] as? [String: Any])
+        #expect(lib["$lib"] as? String == "CrashCapture")
+        #expect(lib["$lib_method"] as? String == "code")
+        #expect(lib["$app_version"] as? String == "1")
+        let properties = try #require(buy["properties"] as? [String: Any])
+        #expect(properties["k"] as? Int == 1)
+        #expect(properties["item"] as? String == "tea")
+        #expect(properties["count"] as? Int == 2)
+        #expect(properties["$pid"] as? Int == Int(getpid()))
+        // After login the same shared text carries the login id; an event without properties of
+        // its own is still whole.
+        let end = events[1]
+        #expect(end["login_id"] as? String == "user-7")
+        #expect(end["distinct_id"] as? String == "user-7")
+        #expect((end["lib"] as? [String: Any])?["$lib_method"] as? String == "autoTrack")
+        #expect((end["properties"] as? [String: Any])?.count == 2)
+        #expect(events[2]["distinct_id"] as? String == "anonymous")
+        #expect(events[2]["login_id"] == nil, "after logout")
+        // What is shared is stored once: a row is far smaller than the event it reads back as.
+        #expect(pipeline.store.byteCount < stored.reduce(0) { $0 + $1.payload.utf8.count } / 2)
     }
 
     @Test func threadsSpreadOverTheQueues() {

@@ -270,6 +270,23 @@ import Testing
     }
 }
 
+extension EventContextTests {
+    @Test func contextsNoEventUsesAreForgotten() throws {
+        let path = makeTemporaryDirectory("context-prune") + "/events.sqlite"
+        let store = try EventStore(path: path)
+        let row = { (id: String) in (id: id, payload: "{\"properties\":{\(EventStore.contextMarker)}}") }
+        try store.insert([row("old")], context: "\"old\":1")
+        try store.complete(try #require(try store.claimBatch(limit: 10)))
+        try store.insert([row("kept")], context: "\"kept\":1")
+        try store.pruneContexts()
+        let left = try run("/usr/bin/env", ["sqlite3", path, "SELECT text FROM contexts"])
+        #expect(left.stdout.trimmingCharacters(in: .newlines) == "\"kept\":1")
+        // A context pruned away is recorded again when it is used again.
+        try store.insert([row("again")], context: "\"old\":1")
+        #expect(try store.events().map(\.payload) == ["{\"properties\":{\"kept\":1}}", "{\"properties\":{\"old\":1}}"])
+    }
+}
+
 @Suite struct EventStoreOpeningTests {
     func filledStore(_ count: Int) throws -> String {
         let path = makeTemporaryDirectory("opening") + "/events.sqlite"
