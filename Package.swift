@@ -8,7 +8,9 @@ let package = Package(
         .executable(name: "crashcap", targets: ["crashcap"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // The crash path and everything it needs prepared at install, in C. The preload
@@ -23,7 +25,13 @@ let package = Package(
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
         .target(
             name: "CrashCapture",
-            dependencies: ["CCrashCapture", "CSQLite", "CZlib"]
+            dependencies: [
+                "CCrashCapture", "CSQLite", "CZlib",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         .executableTarget(
             name: "crashcap",

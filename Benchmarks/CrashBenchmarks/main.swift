@@ -173,6 +173,14 @@ final class Samples: @unchecked Sendable {
     }
 }
 
+/// User and system time of this process so far.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let total = [usage.ru_utime, usage.ru_stime].map { Double($0.tv_sec) + Double($0.tv_usec) / 1e6 }
+    return total[0] + total[1]
+}
+
 func monotonic() -> UInt64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
@@ -267,8 +275,10 @@ func pipelineBenchmarks(events: Int) throws {
         try uploadStore.release(batch)
     }
     let uploadStart = monotonic()
+    let cpuStart = processCPUSeconds()
     uploader.flushNow(deadline: Date().addingTimeInterval(600))
     let uploadSeconds = Double(monotonic() - uploadStart) / 1e9
+    let uploadCPU = processCPUSeconds() - cpuStart
     let received = collector.store.count
     print("## Upload to the local collector (loopback, gzip, batches of 50)\n")
     print("| | value |")
@@ -276,6 +286,7 @@ func pipelineBenchmarks(events: Int) throws {
     print("| events sent | \(pending - uploadStore.count) of \(pending) (collector holds \(received)) |")
     print("| rate | \(format(Double(received) / uploadSeconds, 0)) events/s |")
     print("| failed attempts | \(uploader.statistics.failedAttempts) |")
+    print("| CPU, uploader and collector together (of 2 cores) | \(format(uploadCPU / uploadSeconds, 2)) cores busy |")
     print(splitLine)
     // The same collector behind a plain keep-alive client: what it and loopback allow without URLSession.
     let script =

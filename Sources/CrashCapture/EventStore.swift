@@ -105,6 +105,7 @@ public final class EventStore: @unchecked Sendable {
         insertStatement = nil
         rememberStatement = nil
         seenStatement = nil
+        statements = [:]
         connection = nil
         let aside = try Self.moveAside(path)
         movedAside = (aside, problem.reason)
@@ -142,8 +143,23 @@ public final class EventStore: @unchecked Sendable {
     }
 
     private func saveTotals() throws {
-        try connection.execute(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES ('count', \(eventCount)), ('bytes', \(eventBytes))")
+        let save = try statement("INSERT OR REPLACE INTO meta(key, value) VALUES ('count', ?), ('bytes', ?)")
+        try save.bind(1, Int64(eventCount))
+        try save.bind(2, Int64(eventBytes))
+        _ = try save.step()
+    }
+
+    /// The statements an upload runs for every batch, prepared once; reset and ready to bind.
+    private var statements: [String: SQLiteStatement] = [:]
+
+    private func statement(_ sql: String) throws -> SQLiteStatement {
+        if let known = statements[sql] {
+            known.reset()
+            return known
+        }
+        let prepared = try connection.prepare(sql)
+        statements[sql] = prepared
+        return prepared
     }
 
     /// One transaction that changes the events: the totals are saved with it, and restored
@@ -324,9 +340,26 @@ public final class EventStore: @unchecked Sendable {
     public func claimBatch(limit: Int) throws -> Batch? {
         lock.lock()
         defer { lock.unlock() }
-        let select = try connection.prepare(
-            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE in_flight = 0 ORDER BY seq LIMIT \(max(1, limit))"
-        )
+        return try claim(limit: limit)
+    }
+
+    /// `done` was accepted: its events leave the store; and the next batch is claimed. One
+    /// transaction for both, because an upload does this for every batch.
+    public func completeAndClaim(_ done: Batch?, limit: Int) throws -> Batch? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let done else { return try claim(limit: limit) }
+        return try change {
+            try remove(done)
+            return try claim(limit: limit)
+        }
+    }
+
+    private func claim(limit: Int) throws -> Batch? {
+        let select = try statement(
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE in_flight = 0 ORDER BY seq LIMIT ?")
+        defer { select.reset() }
+        try select.bind(1, Int64(max(1, limit)))
         var events: [Event] = []
         while try select.step() {
             events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
@@ -334,30 +367,36 @@ public final class EventStore: @unchecked Sendable {
         guard let first = events.first, let last = events.last else { return nil }
         let token = nextToken
         nextToken += 1
-        try connection.execute(
-            "UPDATE events SET in_flight = \(token) WHERE in_flight = 0 AND seq BETWEEN \(first.sequence) AND \(last.sequence)"
-        )
+        let mark = try statement("UPDATE events SET in_flight = ? WHERE in_flight = 0 AND seq BETWEEN ? AND ?")
+        try mark.bind(1, token)
+        try mark.bind(2, first.sequence)
+        try mark.bind(3, last.sequence)
+        _ = try mark.step()
         return Batch(token: token, events: events)
     }
 
-    /// Where a batch's rows are: its sequence range (the primary key) and its token, so no
-    /// operation on a batch scans the table.
-    private func batchClause(_ batch: Batch) -> String {
-        let first = batch.events.first?.sequence ?? 0
-        let last = batch.events.last?.sequence ?? -1
-        return "seq BETWEEN \(first) AND \(last) AND in_flight = \(batch.token)"
+    /// Binds a batch's place to a statement that ends in `batchClause`: its sequence range (the
+    /// primary key) and its token, so no operation on a batch scans the table.
+    private static let batchClause = "seq BETWEEN ? AND ? AND in_flight = ?"
+
+    private func bind(_ batch: Batch, to statement: SQLiteStatement, from index: Int32) throws {
+        try statement.bind(index, batch.events.first?.sequence ?? 0)
+        try statement.bind(index + 1, batch.events.last?.sequence ?? -1)
+        try statement.bind(index + 2, batch.token)
     }
 
     /// Takes a batch's rows out of the in-memory counts, then out of the table.
     private func remove(_ batch: Batch) throws {
-        let removed = try connection.prepare(
-            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(batchClause(batch))")
+        let removed = try statement("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(Self.batchClause)")
+        try bind(batch, to: removed, from: 1)
         if try removed.step() {
             eventCount -= Int(removed.int64(0))
             eventBytes -= Int(removed.int64(1))
         }
         removed.reset()
-        try connection.execute("DELETE FROM events WHERE \(batchClause(batch))")
+        let delete = try statement("DELETE FROM events WHERE \(Self.batchClause)")
+        try bind(batch, to: delete, from: 1)
+        _ = try delete.step()
     }
 
     /// The batch was accepted: its events leave the store.
@@ -371,7 +410,9 @@ public final class EventStore: @unchecked Sendable {
     public func release(_ batch: Batch) throws {
         lock.lock()
         defer { lock.unlock() }
-        try connection.execute("UPDATE events SET in_flight = 0 WHERE \(batchClause(batch))")
+        let release = try statement("UPDATE events SET in_flight = 0 WHERE \(Self.batchClause)")
+        try bind(batch, to: release, from: 1)
+        _ = try release.step()
     }
 
     /// The server refused the batch as malformed: keep its events aside, out of the queue,
@@ -384,11 +425,12 @@ public final class EventStore: @unchecked Sendable {
             let move = try connection.prepare(
                 """
                 INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
-                SELECT event_id, \(Self.payloadColumn), ?, ?, ? FROM events WHERE \(batchClause(batch))
+                SELECT event_id, \(Self.payloadColumn), ?, ?, ? FROM events WHERE \(Self.batchClause)
                 """)
             try move.bind(1, Int64(status))
             try move.bind(2, reason)
             try move.bind(3, now)
+            try bind(batch, to: move, from: 4)
             try move.step()
             try remove(batch)
         }

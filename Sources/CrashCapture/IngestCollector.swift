@@ -132,9 +132,10 @@ public final class IngestCollector: @unchecked Sendable {
 
     private func handle(connection fd: Int32) {
         var buffer = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
             let request: Request
-            switch readRequest(fd, &buffer) {
+            switch readRequest(fd, &buffer, &chunk) {
             case .closed: return
             case .failed(let response):
                 write(fd, response, keepAlive: false)
@@ -169,7 +170,7 @@ public final class IngestCollector: @unchecked Sendable {
         case closed
     }
 
-    private func readRequest(_ fd: Int32, _ buffer: inout Data) -> ReadResult {
+    private func readRequest(_ fd: Int32, _ buffer: inout Data, _ chunk: inout [UInt8]) -> ReadResult {
         let separator = Data("\r\n\r\n".utf8)
         var headerEnd: Range<Data.Index>?
         while true {
@@ -178,7 +179,7 @@ public final class IngestCollector: @unchecked Sendable {
             if buffer.count > Self.maximumHeader {
                 return .failed(Response(status: 431, body: "{\"error\":\"request header larger than 64 KiB\"}"))
             }
-            guard receive(fd, into: &buffer) else { return .closed }
+            guard receive(fd, into: &buffer, &chunk) else { return .closed }
         }
         let head = String(decoding: buffer[buffer.startIndex..<headerEnd!.lowerBound], as: UTF8.self)
         buffer.removeSubrange(buffer.startIndex..<headerEnd!.upperBound)
@@ -209,7 +210,7 @@ public final class IngestCollector: @unchecked Sendable {
             _ = continueLine.withCString { Glibc.send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
         }
         while buffer.count < length {
-            guard receive(fd, into: &buffer) else { return .closed }
+            guard receive(fd, into: &buffer, &chunk) else { return .closed }
         }
         let body = buffer.prefix(length)
         buffer.removeFirst(length)
@@ -217,8 +218,8 @@ public final class IngestCollector: @unchecked Sendable {
             Request(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers, body: Data(body)))
     }
 
-    private func receive(_ fd: Int32, into buffer: inout Data) -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    /// Reads what has arrived into `buffer`, through the connection's one `chunk`.
+    private func receive(_ fd: Int32, into buffer: inout Data, _ chunk: inout [UInt8]) -> Bool {
         while true {
             let count = recv(fd, &chunk, chunk.count, 0)
             if count > 0 {

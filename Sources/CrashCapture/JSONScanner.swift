@@ -18,23 +18,39 @@ struct JSONScanner {
         var description: String { "invalid JSON at byte \(offset): \(reason)" }
     }
 
-    private let bytes: [UInt8]
+    /// Scanned through a buffer pointer: every byte read is bounds-checked by the grammar's own
+    /// `index < bytes.count` tests, with no array reference counting on the way.
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private static let maximumDepth = 64
 
-    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     static func events(in bytes: [UInt8]) throws -> [Event] {
-        if let bad = firstInvalidUTF8(bytes) { throw Failure(offset: bad, reason: "not UTF-8") }
-        var scanner = JSONScanner(bytes)
-        return try scanner.array()
+        try bytes.withUnsafeBufferPointer { buffer in
+            if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
+            var scanner = JSONScanner(buffer)
+            return try scanner.array()
+        }
+    }
+
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+        bytes.withUnsafeBufferPointer { firstInvalidUTF8($0) }
     }
 
     /// JSON text is UTF-8 (RFC 8259): no stray continuation bytes, overlong forms, surrogates or
     /// code points past U+10FFFF. Returns the offset of the first bad byte.
-    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+    static func firstInvalidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
         var index = 0
+        let raw = UnsafeRawBufferPointer(bytes)
         while index < bytes.count {
+            // Eight ASCII bytes at a time, the common case.
+            if index + 8 <= bytes.count,
+                raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 == 0
+            {
+                index += 8
+                continue
+            }
             let lead = bytes[index]
             if lead < 0x80 {
                 index += 1
@@ -135,11 +151,14 @@ struct JSONScanner {
                 let valueStart = index
                 let first = index < bytes.count ? bytes[index] : 0
                 try value(depth: 1)
-                switch key {
-                case "event_id" where first == UInt8(ascii: "\""): event.eventID = decodedString(valueStart..<index)
-                case "event": event.hasEventName = first == UInt8(ascii: "\"")
-                case "properties": event.hasProperties = first == UInt8(ascii: "{")
-                default: break
+                // A key written with escapes is taken as some other key.
+                if key.escaped { continue }
+                if spells(key.contents, Self.eventIDKey) {
+                    if first == UInt8(ascii: "\"") { event.eventID = decodedString(valueStart..<index) }
+                } else if spells(key.contents, Self.eventKey) {
+                    event.hasEventName = first == UInt8(ascii: "\"")
+                } else if spells(key.contents, Self.propertiesKey) {
+                    event.hasProperties = first == UInt8(ascii: "{")
                 }
             } while try another(UInt8(ascii: "}"))
         }
@@ -147,18 +166,26 @@ struct JSONScanner {
         return event
     }
 
+    private static let eventIDKey = Array("event_id".utf8)
+    private static let eventKey = Array("event".utf8)
+    private static let propertiesKey = Array("properties".utf8)
+
+    private func spells(_ range: Range<Int>, _ word: [UInt8]) -> Bool {
+        range.count == word.count && zip(bytes[range], word).allSatisfy { $0 == $1 }
+    }
+
     private mutating func value(depth: Int) throws {
         guard depth <= Self.maximumDepth else { throw fail("nested deeper than \(Self.maximumDepth)") }
         skipSpace()
         guard index < bytes.count else { throw fail("missing value") }
         switch bytes[index] {
-        case UInt8(ascii: "\""): _ = try string()
+        case UInt8(ascii: "\""): try string()
         case UInt8(ascii: "{"):
             index += 1
             if closesAtOnce(UInt8(ascii: "}")) { return }
             repeat {
                 skipSpace()
-                _ = try string()
+                try string()
                 try expect(UInt8(ascii: ":"))
                 try value(depth: depth + 1)
             } while try another(UInt8(ascii: "}"))
@@ -217,8 +244,10 @@ struct JSONScanner {
         }
     }
 
-    /// A string's contents (escapes checked, not decoded), returned for keys.
-    private mutating func string() throws -> String {
+    /// A string token: where its contents are (escapes checked, not decoded), and whether it
+    /// has any escape.
+    @discardableResult
+    private mutating func string() throws -> (contents: Range<Int>, escaped: Bool) {
         guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string") }
         index += 1
         let start = index
@@ -250,9 +279,9 @@ struct JSONScanner {
                 continue
             }
             if byte == UInt8(ascii: "\"") {
-                let text = escaped ? "" : String(decoding: bytes[start..<index], as: UTF8.self)
+                let contents = start..<index
                 index += 1
-                return text
+                return (contents, escaped)
             }
             guard byte >= 0x20 else { throw fail("control character in a string") }
             index += 1
@@ -273,9 +302,12 @@ struct JSONScanner {
 
     /// The value of a string token (quotes included in `range`), escapes decoded.
     private func decodedString(_ range: Range<Int>) -> String? {
-        let inner = bytes[(range.lowerBound + 1)..<(range.upperBound - 1)]
+        let inner = UnsafeBufferPointer(rebasing: bytes[(range.lowerBound + 1)..<(range.upperBound - 1)])
         if !inner.contains(UInt8(ascii: "\\")) { return String(decoding: inner, as: UTF8.self) }
-        return (try? JSONSerialization.jsonObject(with: Data(bytes[range]), options: .fragmentsAllowed)) as? String
+        return
+            (try? JSONSerialization.jsonObject(
+                with: Data(UnsafeBufferPointer(rebasing: bytes[range])), options: .fragmentsAllowed))
+            as? String
     }
 }
 

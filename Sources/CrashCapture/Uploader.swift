@@ -1,8 +1,8 @@
+import AsyncHTTPClient
 import Foundation
-
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
+import NIOCore
+import NIOHTTP1
+import NIOPosix
 
 /// When and how stored events are sent.
 public struct UploadOptions: Sendable {
@@ -55,7 +55,6 @@ public final class Uploader: @unchecked Sendable {
     public let endpoint: URL
     public let options: UploadOptions
     let store: EventStore
-    private let session: URLSession
     private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
     private let bookkeeping = DispatchQueue(label: "CrashCapture.uploader.store", qos: .utility)
     private let lock = NSLock()
@@ -71,12 +70,18 @@ public final class Uploader: @unchecked Sendable {
         self.endpoint = endpoint
         self.store = store
         self.options = options
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = options.requestTimeout
-        configuration.timeoutIntervalForResource = options.requestTimeout * 2
-        configuration.httpMaximumConnectionsPerHost = 1
-        session = URLSession(configuration: configuration)
     }
+
+    /// One client for every uploader in the process, on one event-loop thread of its own, never
+    /// shut down (so no uploader has to outlive its requests). Each request carries its own
+    /// deadline; a redirect is not followed (the events would go somewhere not configured).
+    private static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
+        return HTTPClient(
+            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup(numberOfThreads: 1)),
+            configuration: configuration)
+    }()
 
     deinit { timer?.cancel() }
 
@@ -142,9 +147,13 @@ public final class Uploader: @unchecked Sendable {
         lock.unlock()
         // During backoff only the exit flush tries again; the scheduled retry comes later.
         if deadline == nil && Date() < waiting { return }
-        var current = prepareNext()
-        var completing: DispatchGroup?
-        defer { completing?.wait() }
+        var current = prepareNext(completing: nil)
+        // The last accepted batch, whose events leave the store in the same transaction that
+        // claims the batch after next (or at the end).
+        var accepted: EventStore.Batch?
+        defer {
+            if let accepted { try? store.complete(accepted) }
+        }
         while let (batch, body) = current {
             var timeout = options.requestTimeout
             if let deadline {
@@ -155,14 +164,14 @@ public final class Uploader: @unchecked Sendable {
                 }
             }
             // Only one request is on the wire at a time, so batches arrive in order; the local
-            // bookkeeping (claiming and encoding the next batch, deleting the last) overlaps it.
+            // bookkeeping (finishing the last batch, claiming and encoding the next) overlaps it.
             let next = Box<(EventStore.Batch, Data)?>(nil)
             let preparing = DispatchGroup()
-            bookkeeping.async(group: preparing) { next.value = self.prepareNext() }
+            let finished = accepted
+            accepted = nil
+            bookkeeping.async(group: preparing) { next.value = self.prepareNext(completing: finished) }
             let outcome = send(batch, body: body, timeout: timeout)
             preparing.wait()
-            completing?.wait()
-            completing = nil
             lock.lock()
             switch outcome {
             case .accepted:
@@ -171,9 +180,7 @@ public final class Uploader: @unchecked Sendable {
                 stats.acceptedBatches += 1
                 stats.acceptedEvents += batch.events.count
                 lock.unlock()
-                let group = DispatchGroup()
-                bookkeeping.async(group: group) { try? self.store.complete(batch) }
-                completing = group
+                accepted = batch
             case .rejected(let status, let reason):
                 stats.rejectedBatches += 1
                 stats.lastError = "HTTP \(status): \(reason)"
@@ -196,16 +203,24 @@ public final class Uploader: @unchecked Sendable {
                 // A flush with a deadline (at exit) keeps trying, with the same backoff, while time remains.
                 guard deadline.timeIntervalSinceNow > delay + 0.05 else { return }
                 Thread.sleep(forTimeInterval: delay)
-                current = prepareNext()
+                current = prepareNext(completing: nil)
                 continue
             }
             current = next.value
         }
     }
 
-    /// The oldest events not yet in flight, claimed, and their request body.
-    private func prepareNext() -> (EventStore.Batch, Data)? {
-        guard let batch = try? store.claimBatch(limit: options.batchSize) else { return nil }
+    /// Finishes an accepted batch and claims the oldest events not yet in flight, with their
+    /// request body.
+    private func prepareNext(completing finished: EventStore.Batch?) -> (EventStore.Batch, Data)? {
+        let claimed: EventStore.Batch?
+        do {
+            claimed = try store.completeAndClaim(finished, limit: options.batchSize)
+        } catch {
+            if let finished { try? store.complete(finished) }
+            return nil
+        }
+        guard let batch = claimed else { return nil }
         guard let body = try? encode(batch) else {
             try? store.release(batch)
             return nil
@@ -215,16 +230,19 @@ public final class Uploader: @unchecked Sendable {
 
     /// The request body; `_flush_time` is added to each event as it leaves.
     func encode(_ batch: EventStore.Batch) throws -> Data {
-        let flushTime = Int64(Date().timeIntervalSince1970 * 1000)
-        let events = batch.events.map { event -> String in
-            var payload = event.payload
-            if payload.hasSuffix("}") {
-                payload.removeLast()
-                payload += ",\"_flush_time\":\(flushTime)}"
+        let flushTime = Array(",\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))}".utf8)
+        var array: [UInt8] = [UInt8(ascii: "[")]
+        array.reserveCapacity(batch.events.reduce(2) { $0 + $1.payload.utf8.count + flushTime.count + 1 })
+        for (index, event) in batch.events.enumerated() {
+            if index > 0 { array.append(UInt8(ascii: ",")) }
+            array.append(contentsOf: event.payload.utf8)
+            if array.last == UInt8(ascii: "}") {
+                array.removeLast()
+                array += flushTime
             }
-            return payload
         }
-        return try WireFormat.encode(events: events)
+        array.append(UInt8(ascii: "]"))
+        return try WireFormat.encode(jsonArray: array)
     }
 
     static func backoff(failures: Int, options: UploadOptions) -> Double {
@@ -242,19 +260,26 @@ public final class Uploader: @unchecked Sendable {
     }
 
     func send(_ batch: EventStore.Batch, body: Data, timeout: Double) -> Outcome {
-        var request = URLRequest(url: endpoint, timeoutInterval: timeout)
-        request.httpMethod = "POST"
-        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
-        // libcurl would otherwise wait for "100 Continue" before sending a body over 1 KiB.
-        request.setValue("", forHTTPHeaderField: "Expect")
-        request.httpBody = body
+        let request: HTTPClient.Request
+        do {
+            request = try HTTPClient.Request(
+                url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                body: .data(body))
+        } catch {
+            return .retry("cannot make a request to \(endpoint): \(error)")
+        }
         let done = DispatchSemaphore(value: 0)
         let result = Box<Outcome>(.retry("no response"))
-        let task = session.dataTask(with: request) { data, response, error in
-            result.value = Self.classify(data: data, response: response, error: error)
+        let task = Self.client.execute(
+            request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
+        task.futureResult.whenComplete { response in
+            switch response {
+            case .success(let (status, text)): result.value = Self.classify(status: status, text: text)
+            case .failure(let error): result.value = .retry("network error: \(error)")
+            }
             done.signal()
         }
-        task.resume()
+        // The deadline ends the request; this wait is only a backstop.
         if done.wait(timeout: .now() + timeout + 1) == .timedOut {
             task.cancel()
             return .retry("timed out after \(timeout) s")
@@ -262,17 +287,39 @@ public final class Uploader: @unchecked Sendable {
         return result.value
     }
 
-    static func classify(data: Data?, response: URLResponse?, error: Error?) -> Outcome {
-        if let error { return .retry("network error: \(error.localizedDescription)") }
-        guard let http = response as? HTTPURLResponse else { return .retry("no HTTP response") }
-        let status = http.statusCode
-        let text = String(decoding: (data ?? Data()).prefix(300), as: UTF8.self)
+    static func classify(status: Int, text: String) -> Outcome {
         switch status {
         case 200..<300: return .accepted
         case 403, 404, 408, 429, 500..<600: return .retry("HTTP \(status): \(text)")
         case 400..<500: return .rejected(status, text)
         default: return .retry("unexpected HTTP \(status)")
         }
+    }
+}
+
+/// Keeps a response's status and the start of its body (for the error message), and lets
+/// the rest go by: a server's answer never grows memory.
+private final class StatusAndText: HTTPClientResponseDelegate, @unchecked Sendable {
+    typealias Response = (status: Int, text: String)
+    private static let keep = 300
+    private var status = 0
+    private var start = ByteBuffer()
+
+    func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        status = Int(head.status.code)
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        var part = buffer
+        if let slice = part.readSlice(length: min(part.readableBytes, Self.keep - start.readableBytes)) {
+            start.writeImmutableBuffer(slice)
+        }
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
+        (status, String(decoding: start.readableBytesView, as: UTF8.self))
     }
 }
 

@@ -11,12 +11,32 @@ public enum WireFormat {
         return hash
     }
 
+    /// The same over ASCII text (base64), where each byte is one UTF-16 unit.
+    static func javaHashCode(ascii bytes: some Sequence<UInt8>) -> Int32 {
+        var hash: Int32 = 0
+        for byte in bytes { hash = hash &* 31 &+ Int32(byte) }
+        return hash
+    }
+
     /// The request body for a batch of event JSON objects, in order.
     public static func encode(events: [String]) throws -> Data {
-        let array = "[" + events.joined(separator: ",") + "]"
-        let dataList = try gzip(Data(array.utf8)).base64EncodedString()
-        let body = "crc=\(javaHashCode(dataList))&gzip=1&data_list=" + formEscape(dataList)
-        return Data(body.utf8)
+        var array: [UInt8] = [UInt8(ascii: "[")]
+        array.reserveCapacity(events.reduce(2) { $0 + $1.utf8.count + 1 })
+        for (index, event) in events.enumerated() {
+            if index > 0 { array.append(UInt8(ascii: ",")) }
+            array.append(contentsOf: event.utf8)
+        }
+        array.append(UInt8(ascii: "]"))
+        return try encode(jsonArray: array)
+    }
+
+    /// The request body for a JSON array's bytes.
+    static func encode(jsonArray: [UInt8]) throws -> Data {
+        let dataList = try gzip(Data(jsonArray)).base64EncodedData()
+        var body = [UInt8]("crc=\(javaHashCode(ascii: dataList))&gzip=1&data_list=".utf8)
+        body.reserveCapacity(body.count + dataList.count + dataList.count / 8)
+        formEscape(dataList, into: &body)
+        return Data(body)
     }
 
     /// Parses and verifies a request body; returns the events as JSON objects, in order.
@@ -35,7 +55,8 @@ public enum WireFormat {
             guard event.hasEventName, event.hasProperties else {
                 throw WireError("event \(index) lacks event or properties")
             }
-            return (id, String(decoding: bytes[event.text], as: UTF8.self))
+            // Validated by the scanner already; from a buffer, String takes its fast path.
+            return (id, bytes[event.text].withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) })
         }
     }
 
@@ -65,38 +86,88 @@ public enum WireFormat {
 
     /// The form fields checked (crc over data_list), base64 and gzip undone: the JSON text.
     static func jsonPayload(body: Data, maximumInflated: Int) throws -> Data {
-        guard let text = String(data: body, encoding: .utf8) else { throw WireError("body is not UTF-8") }
-        var fields: [String: String] = [:]
-        for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard parts.count == 2, let key = formUnescape(String(parts[0])), let value = formUnescape(String(parts[1]))
-            else { throw WireError("malformed form field \"\(pair.prefix(40))\"") }
-            fields[key] = value
+        let bytes = [UInt8](body)
+        // A well-formed body is ASCII (the rest is %-escaped); anything else must at least be UTF-8.
+        if bytes.contains(where: { $0 >= 0x80 }), String(validating: bytes, as: UTF8.self) == nil {
+            throw WireError("body is not UTF-8")
+        }
+        var fields: [String: [UInt8]] = [:]
+        for pair in bytes.split(separator: UInt8(ascii: "&")) {
+            let equals = pair.firstIndex(of: UInt8(ascii: "=")) ?? pair.endIndex
+            guard equals < pair.endIndex, let key = formUnescape(pair[..<equals]),
+                let name = String(validating: key, as: UTF8.self), let value = formUnescape(pair[(equals + 1)...]),
+                value.allSatisfy({ $0 < 0x80 }) || String(validating: value, as: UTF8.self) != nil
+            else {
+                throw WireError("malformed form field \"\(String(decoding: pair.prefix(40), as: UTF8.self))\"")
+            }
+            fields[name] = value
         }
         guard let dataList = fields["data_list"] else { throw WireError("no data_list field") }
-        guard let crcText = fields["crc"] else { throw WireError("no crc field") }
-        guard let crc = Int32(crcText) else { throw WireError("crc is not a 32-bit integer") }
-        guard crc == javaHashCode(dataList) else { throw WireError("crc mismatch: data_list was altered") }
-        guard let packed = Data(base64Encoded: dataList) else { throw WireError("data_list is not base64") }
-        switch fields["gzip"] ?? "0" {
+        guard let crcField = fields["crc"] else { throw WireError("no crc field") }
+        guard let crc = Int32(String(decoding: crcField, as: UTF8.self)) else {
+            throw WireError("crc is not a 32-bit integer")
+        }
+        let hash =
+            dataList.allSatisfy { $0 < 0x80 }
+            ? javaHashCode(ascii: dataList) : javaHashCode(String(decoding: dataList, as: UTF8.self))
+        guard crc == hash else { throw WireError("crc mismatch: data_list was altered") }
+        guard let packed = Data(base64Encoded: Data(dataList)) else { throw WireError("data_list is not base64") }
+        switch fields["gzip"].map({ String(decoding: $0, as: UTF8.self) }) ?? "0" {
         case "1": return try gunzip(packed, maximumBytes: maximumInflated)
         case "0": return packed
         default: throw WireError("gzip must be 0 or 1")
         }
     }
 
-    static let formSafe: CharacterSet = {
-        var safe = CharacterSet.alphanumerics
-        safe.insert(charactersIn: "-._*")
-        return safe
-    }()
-
-    static func formEscape(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: formSafe) ?? text
+    /// application/x-www-form-urlencoded: letters, digits and `-._*` as they are, the rest %XX.
+    static func formEscape(_ bytes: some Sequence<UInt8>, into out: inout [UInt8]) {
+        let hex = Array("0123456789ABCDEF".utf8)
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                UInt8(ascii: "*"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+            }
+        }
     }
 
-    static func formUnescape(_ text: String) -> String? {
-        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    static func formEscape(_ text: String) -> String {
+        var out: [UInt8] = []
+        formEscape(text.utf8, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `+` is a space and %XX a byte; nil for a % not followed by two hex digits.
+    static func formUnescape(_ bytes: ArraySlice<UInt8>) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.endIndex, let high = hexValue(bytes[index + 1]),
+                    let low = hexValue(bytes[index + 2])
+                else { return nil }
+                out.append(high << 4 | low)
+                index += 3
+            } else {
+                out.append(byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
+                index += 1
+            }
+        }
+        return out
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
     }
 
     public static func gzip(_ data: Data, level: Int32 = 6) throws -> Data {
