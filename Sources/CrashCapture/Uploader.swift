@@ -56,7 +56,6 @@ public final class Uploader: @unchecked Sendable {
     public let options: UploadOptions
     let store: EventStore
     private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
-    private let bookkeeping = DispatchQueue(label: "CrashCapture.uploader.store", qos: .utility)
     private let lock = NSLock()
     private var flushScheduled = false
     private var failures = 0
@@ -164,14 +163,12 @@ public final class Uploader: @unchecked Sendable {
                 }
             }
             // Only one request is on the wire at a time, so batches arrive in order; the local
-            // bookkeeping (finishing the last batch, claiming and encoding the next) overlaps it.
-            let next = Box<(EventStore.Batch, Data)?>(nil)
-            let preparing = DispatchGroup()
-            let finished = accepted
+            // bookkeeping (finishing the last batch, claiming and encoding the next) is done
+            // while it is out.
+            let request = start(batch, body: body, timeout: timeout)
+            let next = prepareNext(completing: accepted)
             accepted = nil
-            bookkeeping.async(group: preparing) { next.value = self.prepareNext(completing: finished) }
-            let outcome = send(batch, body: body, timeout: timeout)
-            preparing.wait()
+            let outcome = request.outcome()
             lock.lock()
             switch outcome {
             case .accepted:
@@ -194,7 +191,7 @@ public final class Uploader: @unchecked Sendable {
                 retryAt = Date().addingTimeInterval(delay)
                 lock.unlock()
                 // The next batch goes back too: nothing may overtake the one that failed.
-                if let (claimed, _) = next.value { try? store.release(claimed) }
+                if let (claimed, _) = next { try? store.release(claimed) }
                 try? store.release(batch)
                 guard let deadline else {
                     queue.asyncAfter(deadline: .now() + delay) { self.flush(deadline: nil) }
@@ -206,7 +203,7 @@ public final class Uploader: @unchecked Sendable {
                 current = prepareNext(completing: nil)
                 continue
             }
-            current = next.value
+            current = next
         }
     }
 
@@ -260,16 +257,39 @@ public final class Uploader: @unchecked Sendable {
     }
 
     func send(_ batch: EventStore.Batch, body: Data, timeout: Double) -> Outcome {
+        start(batch, body: body, timeout: timeout).outcome()
+    }
+
+    /// A request on its way; `outcome()` waits for it.
+    struct InFlight {
+        fileprivate let task: HTTPClient.Task<StatusAndText.Response>?
+        fileprivate let done: DispatchSemaphore
+        fileprivate let result: Box<Outcome>
+        fileprivate let timeout: Double
+
+        func outcome() -> Outcome {
+            guard let task else { return result.value }
+            // The request's deadline ends it; this wait is only a backstop.
+            if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+                task.cancel()
+                return .retry("timed out after \(timeout) s")
+            }
+            return result.value
+        }
+    }
+
+    func start(_ batch: EventStore.Batch, body: Data, timeout: Double) -> InFlight {
+        let done = DispatchSemaphore(value: 0)
+        let result = Box<Outcome>(.retry("no response"))
         let request: HTTPClient.Request
         do {
             request = try HTTPClient.Request(
                 url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
                 body: .data(body))
         } catch {
-            return .retry("cannot make a request to \(endpoint): \(error)")
+            result.value = .retry("cannot make a request to \(endpoint): \(error)")
+            return InFlight(task: nil, done: done, result: result, timeout: timeout)
         }
-        let done = DispatchSemaphore(value: 0)
-        let result = Box<Outcome>(.retry("no response"))
         let task = Self.client.execute(
             request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
         task.futureResult.whenComplete { response in
@@ -279,12 +299,7 @@ public final class Uploader: @unchecked Sendable {
             }
             done.signal()
         }
-        // The deadline ends the request; this wait is only a backstop.
-        if done.wait(timeout: .now() + timeout + 1) == .timedOut {
-            task.cancel()
-            return .retry("timed out after \(timeout) s")
-        }
-        return result.value
+        return InFlight(task: task, done: done, result: result, timeout: timeout)
     }
 
     static func classify(status: Int, text: String) -> Outcome {
