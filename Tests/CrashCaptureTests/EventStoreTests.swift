@@ -152,6 +152,31 @@ import Testing
             "not a JSON array")
     }
 
+    @Test func formFieldsAreDecodedByteByByte() throws {
+        // Escaping: letters, digits and -._* stay; everything else, multi-byte UTF-8 included, is %XX.
+        #expect(WireFormat.formEscape("aZ09-._* +/=é") == "aZ09-._*%20%2B%2F%3D%C3%A9")
+        // "+" is a space, %XX a byte (either case), and a % without two hex digits is no field.
+        #expect(WireFormat.formUnescape(Array("a+b%41%c3%A9".utf8)[...]) == Array("a bAé".utf8))
+        #expect(WireFormat.formUnescape(Array("%4".utf8)[...]) == nil)
+        let data = Data("[{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}]".utf8).base64EncodedString()
+        let crc = WireFormat.javaHashCode(data)
+        #expect(
+            try WireFormat.decode(body: Data("gzip=0&data_list=\(WireFormat.formEscape(data))&crc=\(crc)".utf8)).count
+                == 1)
+        expectError("crc=\(crc)&gzip=0&data_list=%zz", "malformed form field")
+        expectError("crc=\(crc)&gzip=0&data_list=%4", "malformed form field")
+        expectError("crc=\(crc)&gzip=0&data_list", "malformed form field")
+        expectError("crc=\(crc)&gzip=0&data_list=%FF", "malformed form field")
+        expectError("crc=x&gzip=0&data_list=\(WireFormat.formEscape(data))", "32-bit")
+        expectError("crc=\(crc)&gzip=2&data_list=\(WireFormat.formEscape(data))", "gzip must be")
+        do {
+            _ = try WireFormat.decode(body: Data([0x63, 0x72, 0x63, 0x3d, 0xff]))
+            Issue.record("a body that is not UTF-8 was decoded")
+        } catch {
+            #expect("\(error)".contains("not UTF-8"), "\(error)")
+        }
+    }
+
     @Test func inflationIsBounded() throws {
         let bomb = try WireFormat.gzip(Data(count: 4 << 20))
         #expect(bomb.count < 10_000)
@@ -237,6 +262,16 @@ import Testing
         }
         let fine = try events("[{\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]")
         #expect(fine.first?.id == "é€😀")
+    }
+
+    @Test func aKeyWrittenWithEscapesIsAnotherKey() throws {
+        // "event\u005fid" reads as event_id to a JSON parser, but an uploader that escapes the
+        // key it names events by is not one of ours: the event has no id.
+        #expect(throws: WireError.self) {
+            try events("[{\"event\\u005fid\":\"a\",\"event\":\"x\",\"properties\":{}}]")
+        }
+        let decoded = try events("[{\"event_id\":\"a\\u00e9\",\"event\":\"x\",\"properties\":{}}]")
+        #expect(decoded.map(\.id) == ["a\u{e9}"], "escapes in the value are decoded")
     }
 
     @Test func namesTheMissingField() {
