@@ -225,6 +225,10 @@ func pipelineBenchmarks(events: Int) throws {
     print("| sustained rate, first call to last event committed | \(format(rate, 0)) events/s |")
     print("| tracking alone (callers' view) | \(format(Double(count) / (Double(tracked - start) / 1e9), 0)) events/s |")
     print("| events dropped before the store (more than a million waiting) | \(CrashCapture.droppedBeforeStore) |")
+    let fileBytes = ["", "-wal"].compactMap {
+        (try? FileManager.default.attributesOfItem(atPath: store.path + $0)[.size] as? Int) ?? nil
+    }.reduce(0, +)
+    print("| store file size per event (database and WAL) | \(fileBytes / max(1, count)) bytes |")
     print(
         "| track() call, median / p99 / p99.9 | \(format(latency.median / 1000, 2)) / \(format(latency.percentile(0.99) / 1000, 2)) / \(format(latency.percentile(0.999) / 1000, 2)) µs |"
     )
