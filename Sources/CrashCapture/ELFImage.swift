@@ -206,6 +206,9 @@ struct ByteReader {
         let end = min(limit, bytes.count)
         var stop = offset
         while stop < end && bytes[stop] != 0 { stop += 1 }
-        return String(decoding: bytes[offset..<stop], as: UTF8.self)
+        // From a buffer, String takes its fast (vectorized) path; from a slice, a byte-by-byte one.
+        return bytes.withUnsafeBufferPointer {
+            String(decoding: UnsafeBufferPointer(rebasing: $0[offset..<stop]), as: UTF8.self)
+        }
     }
 }
