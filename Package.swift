@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let package = Package(
@@ -6,6 +6,14 @@ let package = Package(
     products: [
         .library(name: "CrashCapture", targets: ["CrashCapture"]),
         .executable(name: "crashcap", targets: ["crashcap"]),
+    ],
+    traits: [
+        .trait(
+            name: "HTTPUpload",
+            description:
+                "The uploader's HTTP client (async-http-client on SwiftNIO and BoringSSL). Without it, events stay in the store for another process to upload."
+        ),
+        .default(enabledTraits: ["HTTPUpload"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -27,10 +35,11 @@ let package = Package(
             name: "CrashCapture",
             dependencies: [
                 "CCrashCapture", "CSQLite", "CZlib",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(
+                    name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["HTTPUpload"])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
             ]
         ),
         .executableTarget(

@@ -238,6 +238,12 @@ extension CrashCapture {
             }
             endpoint = url
         }
+        if let unsent = endpoint, !Uploader.canUpload {
+            // Capture matters more than upload: install goes on, and the events wait in the store.
+            FileHandle.standardError.write(
+                Data("CrashCapture: built without HTTP upload; events for \(unsent) stay in the store\n".utf8))
+            endpoint = nil
+        }
         let uploader = try endpoint.map { try Uploader(endpoint: $0, store: store, options: configuration.upload) }
         let identity = EventPipeline.Identity(
             sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,

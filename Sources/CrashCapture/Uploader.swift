@@ -1,8 +1,4 @@
-import AsyncHTTPClient
 import Foundation
-import NIOCore
-import NIOHTTP1
-import NIOPosix
 
 /// When and how stored events are sent.
 public struct UploadOptions: Sendable {
@@ -63,24 +59,20 @@ public final class Uploader: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private var stats = Statistics()
 
+    /// False in a build without the package trait `HTTPUpload` (no HTTP client linked in).
+    public static var canUpload: Bool { HTTPTransport.available }
+
     public init(endpoint: URL, store: EventStore, options: UploadOptions) throws {
+        guard Self.canUpload else {
+            throw CrashCaptureError.invalidArgument(
+                "this build of CrashCapture has no HTTP client (the package trait HTTPUpload is off)")
+        }
         try Self.validate(endpoint, allowInsecureHTTP: options.allowInsecureHTTP)
         try options.validate()
         self.endpoint = endpoint
         self.store = store
         self.options = options
     }
-
-    /// One client for every uploader in the process, on one event-loop thread of its own, never
-    /// shut down (so no uploader has to outlive its requests). Each request carries its own
-    /// deadline; a redirect is not followed (the events would go somewhere not configured).
-    private static let client: HTTPClient = {
-        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
-        return HTTPClient(
-            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup(numberOfThreads: 1)),
-            configuration: configuration)
-    }()
 
     deinit { timer?.cancel() }
 
@@ -262,16 +254,17 @@ public final class Uploader: @unchecked Sendable {
 
     /// A request on its way; `outcome()` waits for it.
     struct InFlight {
-        fileprivate let task: HTTPClient.Task<StatusAndText.Response>?
-        fileprivate let done: DispatchSemaphore
-        fileprivate let result: Box<Outcome>
-        fileprivate let timeout: Double
+        let done: DispatchSemaphore
+        let result: Box<Outcome>
+        let timeout: Double
+        /// Nil when the request never left.
+        let cancel: (@Sendable () -> Void)?
 
         func outcome() -> Outcome {
-            guard let task else { return result.value }
-            // The request's deadline ends it; this wait is only a backstop.
+            guard let cancel else { return result.value }
+            // The request's own deadline ends it; this wait is only a backstop.
             if done.wait(timeout: .now() + timeout + 1) == .timedOut {
-                task.cancel()
+                cancel()
                 return .retry("timed out after \(timeout) s")
             }
             return result.value
@@ -279,27 +272,7 @@ public final class Uploader: @unchecked Sendable {
     }
 
     func start(_ batch: EventStore.Batch, body: Data, timeout: Double) -> InFlight {
-        let done = DispatchSemaphore(value: 0)
-        let result = Box<Outcome>(.retry("no response"))
-        let request: HTTPClient.Request
-        do {
-            request = try HTTPClient.Request(
-                url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
-                body: .data(body))
-        } catch {
-            result.value = .retry("cannot make a request to \(endpoint): \(error)")
-            return InFlight(task: nil, done: done, result: result, timeout: timeout)
-        }
-        let task = Self.client.execute(
-            request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
-        task.futureResult.whenComplete { response in
-            switch response {
-            case .success(let (status, text)): result.value = Self.classify(status: status, text: text)
-            case .failure(let error): result.value = .retry("network error: \(error)")
-            }
-            done.signal()
-        }
-        return InFlight(task: task, done: done, result: result, timeout: timeout)
+        HTTPTransport.post(body, to: endpoint, timeout: timeout)
     }
 
     static func classify(status: Int, text: String) -> Outcome {
@@ -309,32 +282,6 @@ public final class Uploader: @unchecked Sendable {
         case 400..<500: return .rejected(status, text)
         default: return .retry("unexpected HTTP \(status)")
         }
-    }
-}
-
-/// Keeps a response's status and the start of its body (for the error message), and lets
-/// the rest go by: a server's answer never grows memory.
-private final class StatusAndText: HTTPClientResponseDelegate, @unchecked Sendable {
-    typealias Response = (status: Int, text: String)
-    private static let keep = 300
-    private var status = 0
-    private var start = ByteBuffer()
-
-    func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
-        status = Int(head.status.code)
-        return task.eventLoop.makeSucceededVoidFuture()
-    }
-
-    func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        var part = buffer
-        if let slice = part.readSlice(length: min(part.readableBytes, Self.keep - start.readableBytes)) {
-            start.writeImmutableBuffer(slice)
-        }
-        return task.eventLoop.makeSucceededVoidFuture()
-    }
-
-    func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
-        (status, String(decoding: start.readableBytesView, as: UTF8.self))
     }
 }
 
