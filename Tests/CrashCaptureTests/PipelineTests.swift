@@ -308,3 +308,60 @@ final class CollectorProcess {
         }
     }
 }
+
+/// The uploader against a server that misbehaves in ways the collector does not.
+@Suite struct UploaderResponseTests {
+    /// A plain HTTP server: /redirect answers 302 to /elsewhere (which counts its visits),
+    /// /huge answers 400 with a 4 MiB body.
+    static let server = """
+        import http.server, sys
+        visits = []
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def answer(self, status, body, extra=()):
+                self.send_response(status)
+                for key, value in extra: self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/redirect": self.answer(302, b"", [("Location", "/elsewhere")])
+                elif self.path == "/huge": self.answer(400, b"x" * (4 << 20))
+                else:
+                    visits.append(self.path)
+                    self.answer(200, b"{}")
+            def do_GET(self): self.answer(200, str(len(visits)).encode())
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        print("port", httpd.server_address[1], flush=True)
+        httpd.serve_forever()
+        """
+
+    @Test func redirectsAreNotFollowedAndLongAnswersAreCut() throws {
+        let child = try Child("/usr/bin/env", ["python3", "-c", Self.server])
+        defer { _ = child.waitOrKill(timeout: 0) }
+        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
+            throw TestFailure("server did not start: \(child.stderr)")
+        }
+        let base = "http://127.0.0.1:\(port.trimmingCharacters(in: .whitespacesAndNewlines))"
+        let store = try EventStore(path: makeTemporaryDirectory("responses") + "/events.sqlite")
+        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
+        let batch = try #require(try store.claimBatch(limit: 50))
+
+        let redirected = try Uploader(
+            endpoint: URL(string: base + "/redirect")!, store: store, options: UploadOptions())
+        // Retried (the batch stays), and the events did not go where the redirect pointed.
+        #expect(redirected.send(batch, timeout: 5) == .retry("unexpected HTTP 302"))
+        let visits = try String(contentsOf: URL(string: base + "/count")!, encoding: .utf8)
+        #expect(visits == "0")
+
+        let huge = try Uploader(endpoint: URL(string: base + "/huge")!, store: store, options: UploadOptions())
+        guard case .rejected(let status, let text) = huge.send(batch, timeout: 10) else {
+            Issue.record("a 400 was not a rejection")
+            return
+        }
+        #expect(status == 400)
+        #expect(text == String(repeating: "x", count: 300), "only the start of an answer is kept")
+    }
+}
