@@ -156,11 +156,10 @@ func crashBenchmarks(runs: Int) throws {
 
 /// Runs a program to its end and returns its stdout.
 func output(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> String {
-    let child = try ChildProcess(
+    try ChildProcess.run(
         path: path, arguments: arguments,
-        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
-    _ = child.waitOrKill(timeout: 60)
-    return child.stdout
+        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, timeout: 60
+    ).stdout
 }
 
 final class Samples: @unchecked Sendable {

@@ -131,3 +131,29 @@ public final class ChildProcess: @unchecked Sendable {
         return (status >> 8) & 0xff
     }
 }
+
+extension ChildProcess {
+    /// How a child run to its end went.
+    public struct Outcome: Sendable {
+        public var signal: Int32?
+        public var exitCode: Int32?
+        public var stdout: String
+        public var stderr: String
+        public var seconds: Double
+        public var timedOut: Bool
+    }
+
+    /// Runs a program to its end, killing it after `timeout` seconds. `whileRunning` gets the
+    /// child as soon as it runs (to signal it from outside, say).
+    public static func run(
+        path: String, arguments: [String] = [], environment: [String: String], timeout: Double,
+        whileRunning: ((ChildProcess) -> Void)? = nil
+    ) throws -> Outcome {
+        let child = try ChildProcess(path: path, arguments: arguments, environment: environment)
+        whileRunning?(child)
+        let timedOut = child.waitOrKill(timeout: timeout)
+        return Outcome(
+            signal: child.signal, exitCode: child.exitCode, stdout: child.stdout, stderr: child.stderr,
+            seconds: Date().timeIntervalSince(child.started), timedOut: timedOut)
+    }
+}

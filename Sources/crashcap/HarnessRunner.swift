@@ -65,8 +65,10 @@ struct HarnessEnvironment {
             defer { free(resolved) }
             return String(cString: resolved)
         }.first
-        let configuration = try Subprocess(path: directory + "/crash-sample-swift", arguments: ["--build-config"])
-            .run().stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let configuration = try ChildProcess.run(
+            path: directory + "/crash-sample-swift", arguments: ["--build-config"], environment: environment,
+            timeout: timeout
+        ).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         var harness = HarnessEnvironment(
             buildDirectory: directory, preloadLibrary: library, swiftBuildConfiguration: configuration,
             timeout: timeout, baseEnvironment: environment)
@@ -93,10 +95,9 @@ struct HarnessEnvironment {
                 plainProgramProblem = "no C compiler (cc, gcc or clang) to build the plain C program"
                 return
             }
-            let result = try Subprocess(
+            let result = try ChildProcess.run(
                 path: cc, arguments: ["-O0", "-g", "-o", directory + "/plain", directory + "/plain.c"],
-                environment: baseEnvironment
-            ).run()
+                environment: baseEnvironment, timeout: 30)
             if result.exitCode == 0 {
                 plainProgram = directory + "/plain"
             } else {
@@ -140,7 +141,7 @@ struct HarnessRunner {
         }
     }
 
-    func execute(_ test: HarnessCase, captured: Bool, directory: String) throws -> Subprocess.Outcome {
+    func execute(_ test: HarnessCase, captured: Bool, directory: String) throws -> ChildProcess.Outcome {
         switch invocation(test, captured: captured) {
         case .failure(let failure):
             throw failure
@@ -148,20 +149,16 @@ struct HarnessRunner {
             var env = base
             env["CRASH_SAMPLE_MARKER"] = directory + (captured ? "/marker-captured" : "/marker-baseline")
             if captured { env["CRASHCAPTURE_DIR"] = directory + "/crashes" }
-            var process = Subprocess(path: path, arguments: arguments, environment: env, timeout: environment.timeout)
-            if let signal = test.expect.sendSignal {
-                process.whileRunning = { pid, stdoutPath in
+            let signalWhenReady = test.expect.sendSignal.map { signal in
+                { (child: ChildProcess) in
                     // Wait for the sample to say it is ready (handlers installed), then signal it.
-                    for _ in 0..<5000 {
-                        let text = String(
-                            decoding: FileManager.default.contents(atPath: stdoutPath) ?? Data(), as: UTF8.self)
-                        if text.contains("ready") { break }
-                        usleep(1000)
-                    }
-                    kill(pid, signal)
+                    _ = child.waitForOutput("ready", timeout: 5)
+                    kill(child.pid, signal)
                 }
             }
-            return try process.run()
+            return try ChildProcess.run(
+                path: path, arguments: arguments, environment: env, timeout: environment.timeout,
+                whileRunning: signalWhenReady)
         }
     }
 
@@ -218,7 +215,7 @@ struct HarnessRunner {
     }
 
     func checkReport(
-        _ test: HarnessCase, directory: String, outcome: Subprocess.Outcome, into result: inout HarnessResult
+        _ test: HarnessCase, directory: String, outcome: ChildProcess.Outcome, into result: inout HarnessResult
     ) {
         let expect = test.expect
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {

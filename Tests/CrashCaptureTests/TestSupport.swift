@@ -23,14 +23,7 @@ enum Paths {
     static var cLibraryDirectory: String { packageRoot + "/.build/lib" }
 }
 
-struct RunResult {
-    var signal: Int32?
-    var exitCode: Int32?
-    var stdout: String
-    var stderr: String
-    var seconds: Double
-    var timedOut: Bool
-}
+typealias RunResult = ChildProcess.Outcome
 
 typealias Child = ChildProcess
 
@@ -41,12 +34,18 @@ extension ChildProcess {
     convenience init(
         _ path: String, _ arguments: [String] = [], environment: [String: String] = [:], inheritEnvironment: Bool = true
     ) throws {
+        try self.init(
+            path: path, arguments: arguments,
+            environment: Self.testEnvironment(environment, inheritEnvironment: inheritEnvironment))
+    }
+
+    static func testEnvironment(_ environment: [String: String], inheritEnvironment: Bool) -> [String: String] {
         var env = inheritEnvironment ? ProcessInfo.processInfo.environment : [:]
         env.removeValue(forKey: "CRASHCAPTURE_DIR")
         env.removeValue(forKey: "LD_PRELOAD")
         env.removeValue(forKey: "CRASHCAPTURE_SERVER_URL")
         for (key, value) in environment { env[key] = value }
-        try self.init(path: path, arguments: arguments, environment: env)
+        return env
     }
 }
 
@@ -55,11 +54,10 @@ func run(
     _ path: String, _ arguments: [String] = [], environment: [String: String] = [:], timeout: Double = 60,
     inheritEnvironment: Bool = true
 ) throws -> RunResult {
-    let child = try Child(path, arguments, environment: environment, inheritEnvironment: inheritEnvironment)
-    let timedOut = child.waitOrKill(timeout: timeout)
-    return RunResult(
-        signal: child.signal, exitCode: child.exitCode, stdout: child.stdout, stderr: child.stderr,
-        seconds: Date().timeIntervalSince(child.started), timedOut: timedOut)
+    try ChildProcess.run(
+        path: path, arguments: arguments,
+        environment: ChildProcess.testEnvironment(environment, inheritEnvironment: inheritEnvironment),
+        timeout: timeout)
 }
 
 func makeTemporaryDirectory(_ label: String = "cc") -> String {
