@@ -10,14 +10,19 @@ struct PendingEvent: Sendable {
     var method: String
     var eventID: String?
     var extra: String?
-    /// Set on a marker, not an event: events tracked after it (in calling order) carry these ids.
-    var switchesTo: DistinctIdentity?
 }
 
 /// Who the events are about: the distinct id, and the login id when one is set.
 struct DistinctIdentity: Sendable, Equatable {
     var distinctID: String
     var loginID: String?
+}
+
+/// What track() and login() hand the writer, in calling order.
+enum Queued: Sendable {
+    case event(PendingEvent)
+    /// Events queued after this carry these ids.
+    case identity(DistinctIdentity)
 }
 
 /// track() → in-memory queue → one background writer that serializes and inserts in batches
@@ -42,7 +47,7 @@ final class EventPipeline: @unchecked Sendable {
     /// threads rarely meet on a lock; a global sequence number keeps the order they were called in.
     private final class Shard: @unchecked Sendable {
         let lock = NSLock()
-        var events: [(sequence: UInt64, event: PendingEvent)] = []
+        var items: [(sequence: UInt64, item: Queued)] = []
     }
 
     private static let shardBits = 3
@@ -52,6 +57,7 @@ final class EventPipeline: @unchecked Sendable {
     private let drainScheduled = Atomic<Bool>(false)
     private let sequence = Atomic<UInt64>(0)
     private let lock = NSLock()
+    /// Events numbered so far (their ids); the writer's alone.
     private var counter: UInt64 = 0
     private var loginID: String?
     /// The identity of the events the writer is serializing now; the writer's alone.
@@ -67,10 +73,13 @@ final class EventPipeline: @unchecked Sendable {
         written = DistinctIdentity(distinctID: identity.distinctID, loginID: nil)
     }
 
-    func enqueue(_ event: PendingEvent) {
+    func enqueue(_ event: PendingEvent) { enqueue(.event(event)) }
+
+    private func enqueue(_ item: Queued) {
         // The limit counts every queue together, however the calling threads spread over them.
         // A change of identity is never dropped: it would mislabel every event after it.
-        guard pending.wrappingAdd(1, ordering: .relaxed).oldValue < maximumPending || event.switchesTo != nil else {
+        let full = pending.wrappingAdd(1, ordering: .relaxed).oldValue >= maximumPending
+        if full, case .event = item {
             pending.wrappingSubtract(1, ordering: .relaxed)
             dropped.wrappingAdd(1, ordering: .relaxed)
             return
@@ -78,7 +87,7 @@ final class EventPipeline: @unchecked Sendable {
         let order = sequence.wrappingAdd(1, ordering: .relaxed).newValue
         let shard = shards[Self.shardIndex()]
         shard.lock.lock()
-        shard.events.append((order, event))
+        shard.items.append((order, item))
         shard.lock.unlock()
         if drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
             writer.async { self.drain() }
@@ -111,10 +120,7 @@ final class EventPipeline: @unchecked Sendable {
         lock.lock()
         loginID = id
         lock.unlock()
-        enqueue(
-            PendingEvent(
-                name: "", properties: [:], timeMilliseconds: 0, method: "",
-                switchesTo: DistinctIdentity(distinctID: distinctID, loginID: id)))
+        enqueue(.identity(DistinctIdentity(distinctID: distinctID, loginID: id)))
     }
 
     /// Waits until every event tracked before this call is in the store.
@@ -127,11 +133,11 @@ final class EventPipeline: @unchecked Sendable {
     private func drain() {
         // Cleared before the queues are emptied: an event added after this schedules another drain.
         drainScheduled.store(false, ordering: .sequentiallyConsistent)
-        var batch: [(sequence: UInt64, event: PendingEvent)] = []
+        var batch: [(sequence: UInt64, item: Queued)] = []
         for shard in shards {
             shard.lock.lock()
-            batch += shard.events
-            shard.events.removeAll(keepingCapacity: true)
+            batch += shard.items
+            shard.items.removeAll(keepingCapacity: true)
             shard.lock.unlock()
         }
         guard !batch.isEmpty else { return }
@@ -143,21 +149,19 @@ final class EventPipeline: @unchecked Sendable {
         var stretches: [(range: Range<Int>, shared: String)] = []
         let pid = getpid()
         var start = 0
-        for (_, event) in batch {
-            guard let identity = event.switchesTo else {
-                events.append(event)
-                continue
+        for (_, item) in batch {
+            switch item {
+            case .event(let event): events.append(event)
+            case .identity(let identity):
+                if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
+                written = identity
+                start = events.count
             }
-            if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
-            written = identity
-            start = events.count
         }
         if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
         guard !events.isEmpty else { return }
-        lock.lock()
         let first = counter
         counter += UInt64(events.count)
-        lock.unlock()
         let ordered = events
         // One event's row; ids are fixed width, so they sort in the order they were made and the
         // unique index appends.
