@@ -157,7 +157,7 @@ public final class Uploader: @unchecked Sendable {
             // Only one request is on the wire at a time, so batches arrive in order; the local
             // bookkeeping (finishing the last batch, claiming and encoding the next) is done
             // while it is out.
-            let request = start(batch, body: body, timeout: timeout)
+            let request = post(body, timeout: timeout)
             let next = prepareNext(completing: accepted)
             accepted = nil
             let outcome = request.outcome()
@@ -219,19 +219,9 @@ public final class Uploader: @unchecked Sendable {
 
     /// The request body; `_flush_time` is added to each event as it leaves.
     func encode(_ batch: EventStore.Batch) throws -> Data {
-        let flushTime = Array(",\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))}".utf8)
-        var array: [UInt8] = [UInt8(ascii: "[")]
-        array.reserveCapacity(batch.events.reduce(2) { $0 + $1.payload.utf8.count + flushTime.count + 1 })
-        for (index, event) in batch.events.enumerated() {
-            if index > 0 { array.append(UInt8(ascii: ",")) }
-            array.append(contentsOf: event.payload.utf8)
-            if array.last == UInt8(ascii: "}") {
-                array.removeLast()
-                array += flushTime
-            }
-        }
-        array.append(UInt8(ascii: "]"))
-        return try WireFormat.encode(jsonArray: array)
+        try WireFormat.encode(
+            events: batch.events.map(\.payload),
+            addingToEach: "\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))")
     }
 
     static func backoff(failures: Int, options: UploadOptions) -> Double {
@@ -242,14 +232,10 @@ public final class Uploader: @unchecked Sendable {
     /// One request for one batch.
     public func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
         do {
-            return send(batch, body: try encode(batch), timeout: timeout)
+            return post(try encode(batch), timeout: timeout).outcome()
         } catch {
             return .retry("cannot encode the batch: \(error)")
         }
-    }
-
-    func send(_ batch: EventStore.Batch, body: Data, timeout: Double) -> Outcome {
-        start(batch, body: body, timeout: timeout).outcome()
     }
 
     /// A request on its way; `outcome()` waits for it.
@@ -271,7 +257,7 @@ public final class Uploader: @unchecked Sendable {
         }
     }
 
-    func start(_ batch: EventStore.Batch, body: Data, timeout: Double) -> InFlight {
+    func post(_ body: Data, timeout: Double) -> InFlight {
         HTTPTransport.post(body, to: endpoint, timeout: timeout)
     }
 

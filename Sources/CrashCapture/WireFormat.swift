@@ -18,21 +18,23 @@ public enum WireFormat {
         return hash
     }
 
-    /// The request body for a batch of event JSON objects, in order.
-    public static func encode(events: [String]) throws -> Data {
+    /// The request body for a batch of event JSON objects, in order. `member` (`"key":value`),
+    /// when given, is added to every object as it goes out.
+    public static func encode(events: [String], addingToEach member: String? = nil) throws -> Data {
+        let added = member.map { Array("\($0)}".utf8) } ?? []
         var array: [UInt8] = [UInt8(ascii: "[")]
-        array.reserveCapacity(events.reduce(2) { $0 + $1.utf8.count + 1 })
+        array.reserveCapacity(events.reduce(2) { $0 + $1.utf8.count + added.count + 2 })
         for (index, event) in events.enumerated() {
             if index > 0 { array.append(UInt8(ascii: ",")) }
             array.append(contentsOf: event.utf8)
+            if !added.isEmpty, array.last == UInt8(ascii: "}") {
+                array.removeLast()
+                if array.last != UInt8(ascii: "{") { array.append(UInt8(ascii: ",")) }
+                array += added
+            }
         }
         array.append(UInt8(ascii: "]"))
-        return try encode(jsonArray: array)
-    }
-
-    /// The request body for a JSON array's bytes.
-    static func encode(jsonArray: [UInt8]) throws -> Data {
-        let dataList = try gzip(Data(jsonArray)).base64EncodedData()
+        let dataList = try gzip(Data(array)).base64EncodedData()
         var body = [UInt8]("crc=\(javaHashCode(ascii: dataList))&gzip=1&data_list=".utf8)
         body.reserveCapacity(body.count + dataList.count + dataList.count / 8)
         formEscape(dataList, into: &body)

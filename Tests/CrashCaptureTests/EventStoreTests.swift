@@ -128,6 +128,12 @@ import Testing
         #expect(decoded.map { $0["event_id"] as? String } == (0..<50).map { "id\($0)" })
     }
 
+    @Test func aMemberIsAddedToEveryObjectEvenAnEmptyOne() throws {
+        let body = try WireFormat.encode(events: ["{\"a\":1}", "{}"], addingToEach: "\"_flush_time\":7")
+        let text = String(decoding: try WireFormat.jsonPayload(body: body, maximumInflated: 1 << 20), as: UTF8.self)
+        #expect(text == "[{\"a\":1,\"_flush_time\":7},{\"_flush_time\":7}]")
+    }
+
     func expectError(_ body: String, _ fragment: String) {
         do {
             _ = try WireFormat.decode(body: Data(body.utf8))
