@@ -144,6 +144,11 @@ func fail(_ message: String) -> Never {
 }
 
 var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "--can-upload" {
+    // False when built without the package trait HTTPUpload.
+    print(Uploader.canUpload)
+    exit(0)
+}
 if arguments.first == "--build-config" {
     #if DEBUG
         print("debug")

@@ -365,3 +365,27 @@ final class CollectorProcess {
         #expect(text == String(repeating: "x", count: 300), "only the start of an answer is kept")
     }
 }
+
+@Suite struct BuildWithoutHTTPTests {
+    /// The README's test command builds the release samples without the package trait
+    /// HTTPUpload: such a build must still capture and store, and say why it does not upload.
+    @Test func withoutTheHTTPClientEventsStayInTheStore() throws {
+        let sample = Paths.packageRoot + "/.build/release/crash-sample-swift"
+        try #require(
+            FileManager.default.fileExists(atPath: sample), "no release samples: run the README's test command")
+        let canUpload = try run(sample, ["--can-upload"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(
+            canUpload == "false", "the release samples were built with HTTPUpload; Scripts/test.sh builds them without")
+        let directory = makeTemporaryDirectory("no-http")
+        let result = try run(
+            sample, ["pipeline-track"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASHCAPTURE_SERVER_URL": "http://127.0.0.1:9/sa",
+                "CRASH_SAMPLE_EVENTS": "5",
+            ])
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("built without HTTP upload"))
+        let stored = try EventStore(path: directory + "/events.sqlite").events().map(\.payload)
+        #expect(stored.filter { $0.contains("\"event\":\"sample_event\"") }.count == 5)
+    }
+}
