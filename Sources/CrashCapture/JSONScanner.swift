@@ -34,10 +34,6 @@ struct JSONScanner {
         }
     }
 
-    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
-        bytes.withUnsafeBufferPointer { firstInvalidUTF8($0) }
-    }
-
     /// JSON text is UTF-8 (RFC 8259): no stray continuation bytes, overlong forms, surrogates or
     /// code points past U+10FFFF. Returns the offset of the first bad byte.
     static func firstInvalidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
