@@ -1,10 +1,21 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
+
+// Every Swift target: imports are internal unless a public declaration needs the module, and
+// every public type says whether it is Sendable.
+let strictSwift: [SwiftSetting] = [
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .treatWarning("ExplicitSendable", as: .error),
+]
 
 let package = Package(
     name: "CrashCapture",
     products: [
+        // What an app links: install, events, store, upload, replay. No server, no spawner.
         .library(name: "CrashCapture", targets: ["CrashCapture"]),
+        // Reading crash files, and naming their frames, for tools of your own.
+        .library(name: "CrashFileFormat", targets: ["CrashFileFormat"]),
+        .library(name: "CrashSymbolication", targets: ["CrashSymbolication"]),
         .executable(name: "crashcap", targets: ["crashcap"]),
     ],
     traits: [
@@ -17,37 +28,68 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
-        // The crash path and everything it needs prepared at install, in C. The preload
-        // library is built from these same sources by Scripts/build-preload.sh, with the C
-        // compiler alone, so that it carries no Swift runtime.
+        // The crash-file layout and the names of signals, as C constants and inline functions:
+        // the crash path writes with them and the Swift reader reads with them.
+        .target(name: "CCrashFileFormat"),
+        // The crash path (signal_safe/) and everything it needs prepared at install (install/),
+        // in C. The preload library is built from these same sources by Scripts/build-preload.sh,
+        // with the C compiler alone, so that it carries no Swift runtime.
         .target(
             name: "CCrashCapture",
-            exclude: ["preload"],
-            cSettings: [.define("_GNU_SOURCE")]
+            dependencies: ["CCrashFileFormat"],
+            exclude: ["preload", "testing"],
+            cSettings: [.define("_GNU_SOURCE"), .headerSearchPath(".")]
         ),
         .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
         .target(
+            name: "CrashFileFormat",
+            dependencies: ["CCrashFileFormat"],
+            swiftSettings: strictSwift
+        ),
+        .target(
+            name: "CrashSymbolication",
+            dependencies: ["CrashFileFormat"],
+            swiftSettings: strictSwift
+        ),
+        .target(
             name: "CrashCapture",
             dependencies: [
-                "CCrashCapture", "CSQLite", "CZlib",
+                "CCrashCapture", "CCrashFileFormat", "CrashFileFormat", "CrashSymbolication", "CSQLite", "CZlib",
+                .product(name: "Logging", package: "swift-log"),
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
-            ]
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The ingest server `crashcap collect` runs. Apps never link it.
+        .target(
+            name: "CrashCaptureCollector",
+            dependencies: ["CrashCapture", "CrashFileFormat", "CZlib"],
+            swiftSettings: strictSwift
+        ),
+        // Children with a clean signal state, for the CLI's harness, the benchmarks and the tests.
+        .target(
+            name: "ProcessSupport",
+            dependencies: ["CrashFileFormat"],
+            swiftSettings: strictSwift
         ),
         .executableTarget(
             name: "crashcap",
             dependencies: [
-                "CrashCapture",
+                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSwift
         ),
         .target(
             name: "CrashSampleSupport",
@@ -56,24 +98,58 @@ let package = Package(
         ),
         .executableTarget(
             name: "crash-sample-swift",
-            dependencies: ["CrashCapture", "CrashSampleSupport"],
+            dependencies: [
+                "CrashCapture", "CrashSampleSupport", .product(name: "Logging", package: "swift-log"),
+            ],
             path: "CrashSamples/Swift"
         ),
         .executableTarget(
             name: "crash-sample-c",
             dependencies: ["CCrashCapture", "CrashSampleSupport"],
             path: "CrashSamples/C",
-            cSettings: [.define("_GNU_SOURCE")],
+            cSettings: [.define("_GNU_SOURCE"), .headerSearchPath("../../Sources/CCrashCapture/testing")],
             cxxSettings: [.define("_GNU_SOURCE")]
         ),
         .executableTarget(
             name: "crashcap-bench",
-            dependencies: ["CrashCapture"],
+            dependencies: [
+                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+            ],
             path: "Benchmarks/CrashBenchmarks"
+        ),
+        // Paths to the built samples and helpers to run them, shared by the test targets.
+        .target(
+            name: "TestSupport",
+            dependencies: ["CrashFileFormat", "CrashSymbolication", "ProcessSupport"],
+            path: "Tests/TestSupport"
+        ),
+        .testTarget(
+            name: "CCrashCaptureTests",
+            dependencies: ["CrashFileFormat", "ProcessSupport", "TestSupport"]
+        ),
+        .testTarget(
+            name: "CrashFileFormatTests",
+            dependencies: ["CrashFileFormat", "TestSupport"]
+        ),
+        .testTarget(
+            name: "CrashSymbolicationTests",
+            dependencies: ["CrashFileFormat", "CrashSymbolication", "TestSupport"]
         ),
         .testTarget(
             name: "CrashCaptureTests",
-            dependencies: ["CrashCapture"]
+            dependencies: ["CrashCapture", "CrashFileFormat", "TestSupport"]
+        ),
+        .testTarget(
+            name: "CrashCaptureCollectorTests",
+            dependencies: ["CrashCaptureCollector", "CrashCapture", "CrashFileFormat", "TestSupport"]
+        ),
+        .testTarget(
+            name: "ProcessSupportTests",
+            dependencies: ["CrashFileFormat", "ProcessSupport", "TestSupport"]
+        ),
+        .testTarget(
+            name: "crashcapTests",
+            dependencies: ["CrashCapture", "CrashFileFormat", "TestSupport"]
         ),
     ]
 )

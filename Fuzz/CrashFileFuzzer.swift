@@ -9,8 +9,8 @@ public func crashFileFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: In
     var end = 0
     for record in contents.records {
         precondition(record.offset >= end, "records overlap or go backwards")
-        precondition(record.payload.count <= CrashFileFormat.maximumPayload, "oversized record accepted")
-        let start = record.offset + CrashFileFormat.headerSize
+        precondition(record.payload.count <= CrashFileLayout.maximumPayload, "oversized record accepted")
+        let start = record.offset + CrashFileLayout.headerSize
         precondition(Array(bytes[start..<start + record.payload.count]) == record.payload, "payload not from input")
         end = start + record.payload.count
         _ = record.json

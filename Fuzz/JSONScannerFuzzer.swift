@@ -1,7 +1,7 @@
 // libFuzzer target for the collector's batch validator: it must never crash, and anything it
 // accepts must be what Foundation's parser also reads as an array of objects, with each
 // event's text cut exactly at its own braces. Built and run by Fuzz/run.sh.
-import Foundation
+internal import Foundation
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func jsonScannerFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {

@@ -12,11 +12,10 @@ out=.build/fuzz
 mkdir -p "$out/$target"
 case "$target" in
 crashfile)
-    sources="Fuzz/CrashFileFuzzer.swift Sources/CrashCapture/CrashFile.swift Sources/CrashCapture/CrashReport.swift
-        Sources/CrashCapture/CrashCaptureError.swift"
+    sources="Fuzz/CrashFileFuzzer.swift Sources/CrashFileFormat/*.swift"
     ;;
 jsonscanner)
-    sources="Fuzz/JSONScannerFuzzer.swift Sources/CrashCapture/JSONScanner.swift"
+    sources="Fuzz/JSONScannerFuzzer.swift Sources/CrashCaptureCollector/JSONScanner.swift"
     ;;
 *)
     echo "unknown fuzz target $target: crashfile or jsonscanner" >&2
@@ -24,6 +23,6 @@ jsonscanner)
     ;;
 esac
 # shellcheck disable=SC2086
-swiftc -sanitize=fuzzer,address -parse-as-library -O -module-name Fuzz $sources -o "$out/$target-fuzzer"
+swiftc -sanitize=fuzzer,address -parse-as-library -O -module-name Fuzz -package-name CrashCapture -I Sources/CCrashFileFormat/include $sources -o "$out/$target-fuzzer"
 "$out/$target-fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
     -artifact_prefix="$out/$target-" "$out/$target" "Fuzz/corpus/$target"

@@ -11,4 +11,7 @@ swift build
 swift build -c release --disable-default-traits --product crash-sample-swift
 swift build -c release --disable-default-traits --product crash-sample-c
 Scripts/build-preload.sh
+# An app outside this package, against the CrashCapture product alone: the tests check what it
+# links and that it works.
+swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
 swift test "$@"

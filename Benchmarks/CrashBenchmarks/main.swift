@@ -3,7 +3,11 @@
 //
 //   crashcap-bench crash [--runs N]     handler time, whole-process cost, install cost
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -162,6 +166,7 @@ func output(_ path: String, _ arguments: [String], _ environment: [String: Strin
     ).stdout
 }
 
+/// Timings gathered by several threads; `@unchecked`: `nanoseconds` is written only under `lock`.
 final class Samples: @unchecked Sendable {
     private let lock = NSLock()
     private(set) var nanoseconds: [Double] = []

@@ -11,6 +11,7 @@
 
 #include "crash_sample_support.h"
 #include "crashcapture.h"
+#include "crashcapture_testing.h"
 
 static int failures;
 

@@ -6,6 +6,7 @@ import CrashCapture
 import CrashSampleSupport
 import Dispatch
 import Foundation
+import Logging
 
 #if canImport(Glibc)
     import Glibc
@@ -146,7 +147,7 @@ func fail(_ message: String) -> Never {
 var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--can-upload" {
     // False when built without the package trait HTTPUpload.
-    print(Uploader.canUpload)
+    print(CrashCapture.canUpload)
     exit(0)
 }
 if arguments.first == "--build-config" {
@@ -189,6 +190,8 @@ default: fail("unknown chain \(chain): none, previous-siginfo, previous-plain, i
 
 let environment = ProcessInfo.processInfo.environment
 if let directory = environment["CRASHCAPTURE_DIR"] {
+    // The library reports through swift-log; this app wants its diagnostics on stderr.
+    LoggingSystem.bootstrap(StreamLogHandler.standardError)
     var upload = UploadOptions()
     // Tests shorten the retry and exit delays; the defaults are the product's.
     if let base = environment["CRASH_SAMPLE_RETRY_BASE"].flatMap(Double.init) { upload.retryBaseDelay = base }

@@ -1,6 +1,6 @@
-// State shared between install time (install.c, modules.c, threads.c) and the crash path
-// (crash_path.c). Everything here is prepared at install; the crash path only reads it,
-// apart from the few atomics that coordinate crashing threads.
+// State shared between install time (install/) and the code that runs after a signal or in
+// a forked child (signal_safe/). Everything here is prepared at install; the signal-safe
+// code only reads it, apart from the few atomics that coordinate crashing threads.
 #ifndef CC_INTERNAL_H
 #define CC_INTERNAL_H
 
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "crashcapture.h"
+#include "crashcapture_format.h"
 
 #define CC_MAX_FRAMES 256
 #define CC_MAX_MODULES 512
@@ -21,18 +22,8 @@
 #define CC_STATIC_JSON_CAPACITY (32 * 1024)
 #define CC_DEFAULT_RESERVED_BYTES (256 * 1024)
 #define CC_RECORD_CAPACITY (512 * 1024)
-#define CC_MAX_PAYLOAD (1024 * 1024)
 #define CC_ALTSTACK_SIZE (64 * 1024)
 
-// Record framing, little-endian: magic "CCR1", type, payload length, CRC-32 of
-// (type, length, payload), then the payload.
-#define CC_RECORD_MAGIC "CCR1"
-#define CC_RECORD_HEADER_SIZE 16
-enum cc_record_type {
-    CC_RECORD_SESSION = 1,  // written at install: who this session is
-    CC_RECORD_EVENT = 2,    // one event JSON ($AppCrashed, $AppEnd)
-    CC_RECORD_TIMING = 3,   // handler timings, written after the fdatasync of the events
-};
 
 // A growable-nowhere text buffer: appends stop at `cap` and set `overflow`.
 typedef struct cc_buf {
@@ -115,7 +106,7 @@ typedef struct cc_state {
 
 extern cc_state cc_global;
 
-// crash_path.c: the async-signal-safe part. Also used at install for shared formatting.
+// signal_safe/crash_path.c: the async-signal-safe part. Also used at install for shared formatting.
 void cc_signal_handler(int signo, siginfo_t *info, void *context);
 void cc_terminate_handler(void);
 void cc_buf_append(cc_buf *b, const char *s, size_t n);
@@ -131,15 +122,19 @@ int64_t cc_monotonic_ns(void);
 int64_t cc_wall_ms(void);
 bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char *hex_out, size_t hex_cap);
 
-// modules.c
+// install/modules.c
 int cc_modules_capture(void);
 
-// session_file.c: async-signal-safe, it also runs in a forked child.
+// signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);
 int cc_open_session_file(const char **step);
 void cc_after_fork_in_child(void);
 
-// threads.c
+// signal_safe/termination_signal.c: the SIGTERM/SIGINT handler and the pipe it writes to.
+extern int cc_termination_pipe[2];
+void cc_termination_handler(int signo);
+
+// install/threads.c
 void cc_threads_enable(bool enabled);
 
 #endif

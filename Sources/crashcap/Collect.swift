@@ -1,6 +1,10 @@
 import ArgumentParser
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc

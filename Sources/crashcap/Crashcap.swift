@@ -1,13 +1,17 @@
 import ArgumentParser
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 @main
 struct Crashcap: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "crashcap",
         abstract: "Capture, check, read and replay crash reports of Linux processes.",
-        version: "0.1.0",
+        version: CrashCapture.version,
         subcommands: [Harness.self, Show.self, Replay.self, Upload.self, Collect.self]
     )
 }

@@ -1,5 +1,9 @@
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,9 @@
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -14,17 +18,4 @@ extension ChildProcess.Outcome {
     }
 }
 
-func signalName(_ signal: Int32) -> String {
-    switch signal {
-    case SIGSEGV: return "SIGSEGV"
-    case SIGABRT: return "SIGABRT"
-    case SIGBUS: return "SIGBUS"
-    case SIGILL: return "SIGILL"
-    case SIGFPE: return "SIGFPE"
-    case SIGTRAP: return "SIGTRAP"
-    case SIGKILL: return "SIGKILL"
-    case SIGTERM: return "SIGTERM"
-    case SIGINT: return "SIGINT"
-    default: return "signal \(signal)"
-    }
-}
+func signalName(_ signal: Int32) -> String { SignalNames.name(of: signal) }

@@ -1,6 +1,10 @@
 import ArgumentParser
 import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
 import Foundation
+import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -32,7 +36,7 @@ extension Crashcap {
             let files: [String]
             if isDirectory.boolValue {
                 let names = try FileManager.default.contentsOfDirectory(atPath: path)
-                files = names.filter { $0.hasSuffix("." + CrashFileFormat.fileExtension) }.sorted().map {
+                files = names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map {
                     path + "/" + $0
                 }
                 if files.isEmpty {

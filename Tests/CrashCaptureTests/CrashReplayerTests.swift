@@ -1,5 +1,7 @@
 import CrashCapture
+import CrashFileFormat
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -147,50 +149,5 @@ import Testing
         #expect(crashFiles(in: directory).isEmpty)
         let ids = events.compactMap { $0["event_id"] as? String }
         #expect(Set(ids).count == ids.count)
-    }
-}
-
-/// The CLI as people run it.
-@Suite struct CrashcapCommandTests {
-    @Test func replayAndShowExitCodes() throws {
-        let missing = try run(Paths.crashcap, ["replay", "/nonexistent/dir"])
-        #expect(missing.exitCode == 66 && missing.stderr.contains("not a directory"))
-        let showMissing = try run(Paths.crashcap, ["show", "/nonexistent/file.ccr"])
-        #expect(showMissing.exitCode == 66)
-        let noEndpoint = try run(Paths.crashcap, ["upload", makeTemporaryDirectory("up")])
-        #expect(noEndpoint.exitCode == 64 && noEndpoint.stderr.contains("no endpoint"))
-        let badURL = try run(
-            Paths.crashcap, ["upload", makeTemporaryDirectory("up"), "--upload", "http://example.com/sa"])
-        #expect(badURL.exitCode == 64 && badURL.stderr.contains("https"))
-        let damagedDirectory = makeTemporaryDirectory("cli-damaged")
-        try Data("garbage".utf8).write(to: URL(fileURLWithPath: damagedDirectory + "/crash-x.ccr"))
-        let damaged = try run(Paths.crashcap, ["replay", damagedDirectory])
-        #expect(damaged.exitCode == 65)
-        #expect(damaged.stdout.contains("damaged: "))
-    }
-
-    @Test func showPrintsAReadableReportWithoutColourWhenPiped() throws {
-        let directory = makeTemporaryDirectory("show")
-        _ = try run(Paths.cSample, ["cxx-runtime-error"], environment: ["CRASHCAPTURE_DIR": directory])
-        let text = try run(Paths.crashcap, ["show", directory])
-        #expect(text.exitCode == 0)
-        #expect(text.stdout.contains("signal:   SIGABRT (SI_TKILL)"))
-        #expect(text.stdout.contains("exception: St13runtime_error"))
-        #expect(text.stdout.contains("sample_throw_runtime_error"))
-        #expect(!text.stdout.contains("\u{1b}["), "no colour codes when stdout is not a terminal")
-        let json = try run(Paths.crashcap, ["show", directory, "--json"])
-        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
-        let frames = try #require(object["frames"] as? [[String: Any]])
-        #expect(frames.contains { $0["function"] as? String == "sample_throw_runtime_error" })
-    }
-
-    @Test func replayJSONReportsEachFile() throws {
-        let directory = makeTemporaryDirectory("json")
-        _ = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
-        let result = try run(Paths.crashcap, ["replay", directory, "--json"])
-        #expect(result.exitCode == 0)
-        let files = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])
-        #expect(files.count == 1 && files[0]["outcome"] as? String == "imported")
-        #expect(files[0]["imported_events"] as? Int == 2)
     }
 }

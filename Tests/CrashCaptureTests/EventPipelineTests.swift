@@ -1,5 +1,7 @@
+import CrashFileFormat
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import CrashCapture

@@ -1,4 +1,6 @@
+import CrashFileFormat
 import Foundation
+import TestSupport
 import Testing
 
 @testable import CrashCapture
@@ -110,99 +112,6 @@ import Testing
     }
 }
 
-@Suite struct WireFormatTests {
-    @Test func javaHashCodeMatchesJava() {
-        #expect(WireFormat.javaHashCode("hello") == 99_162_322)
-        #expect(WireFormat.javaHashCode("") == 0)
-        #expect(WireFormat.javaHashCode("Hello, World!") == 1_498_789_909)
-        #expect(WireFormat.javaHashCode(String(repeating: "a", count: 40)) == 1_042_809_472)
-    }
-
-    @Test func roundTripsABatch() throws {
-        let events = (0..<50).map { "{\"event_id\":\"id\($0)\",\"event\":\"e\",\"properties\":{\"n\":\($0)}}" }
-        let body = try WireFormat.encode(events: events)
-        let text = String(decoding: body, as: UTF8.self)
-        #expect(text.hasPrefix("crc="))
-        #expect(text.contains("&gzip=1&data_list="))
-        let decoded = try WireFormat.decode(body: body)
-        #expect(decoded.map { $0["event_id"] as? String } == (0..<50).map { "id\($0)" })
-    }
-
-    @Test func aMemberIsAddedToEveryObjectEvenAnEmptyOne() throws {
-        let body = try WireFormat.encode(events: ["{\"a\":1}", "{}"], addingToEach: "\"_flush_time\":7")
-        let text = String(decoding: try WireFormat.jsonPayload(body: body, maximumInflated: 1 << 20), as: UTF8.self)
-        #expect(text == "[{\"a\":1,\"_flush_time\":7},{\"_flush_time\":7}]")
-    }
-
-    func expectError(_ body: String, _ fragment: String) {
-        do {
-            _ = try WireFormat.decode(body: Data(body.utf8))
-            Issue.record("decoded \(body.prefix(60))")
-        } catch {
-            #expect("\(error)".contains(fragment), "\(error)")
-        }
-    }
-
-    @Test func everyMalformedBodyIsAClearError() throws {
-        let good = String(decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\"}"]), as: UTF8.self)
-        expectError(good.replacingOccurrences(of: "crc=", with: "crc=1"), "crc")
-        expectError("gzip=1&data_list=abc", "no crc")
-        expectError("crc=0&gzip=1", "no data_list")
-        let notBase64 = "!!!"
-        expectError("crc=\(WireFormat.javaHashCode(notBase64))&gzip=1&data_list=!!!", "base64")
-        let notGzip = Data("hello".utf8).base64EncodedString()
-        expectError("crc=\(WireFormat.javaHashCode(notGzip))&gzip=1&data_list=\(notGzip)", "gzip")
-        let notArray = try WireFormat.gzip(Data("{\"a\":1}".utf8)).base64EncodedString()
-        expectError(
-            "crc=\(WireFormat.javaHashCode(notArray))&gzip=1&data_list=\(WireFormat.formEscape(notArray))",
-            "not a JSON array")
-    }
-
-    @Test func formFieldsAreDecodedByteByByte() throws {
-        // Escaping: letters, digits and -._* stay; everything else, multi-byte UTF-8 included, is %XX.
-        #expect(WireFormat.formEscape("aZ09-._* +/=é") == "aZ09-._*%20%2B%2F%3D%C3%A9")
-        // "+" is a space, %XX a byte (either case), and a % without two hex digits is no field.
-        #expect(WireFormat.formUnescape(Array("a+b%41%c3%A9".utf8)[...]) == Array("a bAé".utf8))
-        #expect(WireFormat.formUnescape(Array("%4".utf8)[...]) == nil)
-        let data = Data("[{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}]".utf8).base64EncodedString()
-        let crc = WireFormat.javaHashCode(data)
-        #expect(
-            try WireFormat.decode(body: Data("gzip=0&data_list=\(WireFormat.formEscape(data))&crc=\(crc)".utf8)).count
-                == 1)
-        expectError("crc=\(crc)&gzip=0&data_list=%zz", "malformed form field")
-        expectError("crc=\(crc)&gzip=0&data_list=%4", "malformed form field")
-        expectError("crc=\(crc)&gzip=0&data_list", "malformed form field")
-        expectError("crc=\(crc)&gzip=0&data_list=%FF", "malformed form field")
-        expectError("crc=x&gzip=0&data_list=\(WireFormat.formEscape(data))", "32-bit")
-        expectError("crc=\(crc)&gzip=2&data_list=\(WireFormat.formEscape(data))", "gzip must be")
-        do {
-            _ = try WireFormat.decode(body: Data([0x63, 0x72, 0x63, 0x3d, 0xff]))
-            Issue.record("a body that is not UTF-8 was decoded")
-        } catch {
-            #expect("\(error)".contains("not UTF-8"), "\(error)")
-        }
-    }
-
-    @Test func inflationIsBounded() throws {
-        let bomb = try WireFormat.gzip(Data(count: 4 << 20))
-        #expect(bomb.count < 10_000)
-        #expect(throws: WireError.self) { try WireFormat.gunzip(bomb, maximumBytes: 1 << 20) }
-        #expect(try WireFormat.gunzip(bomb, maximumBytes: 8 << 20).count == 4 << 20)
-    }
-}
-
-@Suite struct WireFormatElementTests {
-    @Test func eventsKeepTheirOwnTextThroughDecoding() throws {
-        let events = [
-            "{\"event_id\":\"a\",\"s\":\"comma, bracket ] brace } quote \\\" end\"}",
-            "{\"event_id\":\"b\",\"list\":[1,[2],{\"x\":3}]}",
-        ]
-        let decoded = try WireFormat.decodeWithText(body: try WireFormat.encode(events: events))
-        #expect(decoded.map(\.text) == events)
-        #expect(decoded.map { $0.object["event_id"] as? String } == ["a", "b"])
-    }
-}
-
 @Suite struct JSONWriterTests {
     @Test func writesWhatTheParserReadsAndWhatSwiftBuilds() throws {
         let text =
@@ -220,73 +129,6 @@ import Testing
         #expect(native["flag"] as? Bool == true && native["count"] as? Int == 3 && native["offset"] as? Int == 7)
         #expect(native["ratio"] as? Double == 0.25)
         #expect(written.contains("\"b\":true") && written.contains("\"flag\":true"))
-    }
-}
-
-@Suite struct JSONScannerTests {
-    func events(_ json: String) throws -> [(id: String, text: String)] {
-        let data = Data(json.utf8).base64EncodedString()
-        let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscape(data))"
-        return try WireFormat.decodeEvents(body: Data(form.utf8))
-    }
-
-    @Test func acceptsWhatJSONAllowsAndKeepsTheText() throws {
-        let json = """
-             [ {"event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
-            {"properties":{},"event":"y","event_id":"b"}]
-            """
-        let decoded = try events(json)
-        #expect(decoded.map(\.id) == ["aA", "b"])
-        #expect(decoded[1].text == "{\"properties\":{},\"event\":\"y\",\"event_id\":\"b\"}")
-    }
-
-    @Test(arguments: [
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}},]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":01}}]", "[{\"event_id\":\"a\" \"event\":\"x\"}]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\q\"}}]", "[1]", "{}", "[] x",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":tru}}]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":0.5e7777777777}}]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\udeee\"}}]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\ud83d x\"}}]",
-        "[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":" + String(repeating: "[", count: 100) + "]}]",
-    ])
-    func rejectsWhatJSONDoesNot(json: String) {
-        #expect(throws: WireError.self) { try events(json) }
-    }
-
-    @Test func rejectsInvalidUTF8AsTheFuzzerFoundIt() throws {
-        for bad: [UInt8] in [
-            [0xde, 0xde], [0xff], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82],
-        ] {
-            let json =
-                Array("[{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"".utf8) + bad
-                + Array("\"}}]".utf8)
-            let data = Data(json).base64EncodedString()
-            let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscape(data))"
-            #expect(throws: WireError.self) { try WireFormat.decodeEvents(body: Data(form.utf8)) }
-        }
-        let fine = try events("[{\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]")
-        #expect(fine.first?.id == "é€😀")
-    }
-
-    @Test func aKeyWrittenWithEscapesIsAnotherKey() throws {
-        // "event\u005fid" reads as event_id to a JSON parser, but an uploader that escapes the
-        // key it names events by is not one of ours: the event has no id.
-        #expect(throws: WireError.self) {
-            try events("[{\"event\\u005fid\":\"a\",\"event\":\"x\",\"properties\":{}}]")
-        }
-        let decoded = try events("[{\"event_id\":\"a\\u00e9\",\"event\":\"x\",\"properties\":{}}]")
-        #expect(decoded.map(\.id) == ["a\u{e9}"], "escapes in the value are decoded")
-    }
-
-    @Test func namesTheMissingField() {
-        #expect(throws: WireError.self) { try events("[{\"event\":\"x\",\"properties\":{}}]") }
-        do {
-            _ = try events("[{\"event_id\":\"a\",\"properties\":{}}]")
-        } catch {
-            #expect("\(error)".contains("lacks event"))
-        }
     }
 }
 

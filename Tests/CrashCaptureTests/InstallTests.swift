@@ -1,5 +1,7 @@
 import CrashCapture
+import CrashFileFormat
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -43,7 +45,7 @@ import Testing
 
     @Test func refusesAFileInPlaceOfTheDirectory() throws {
         let base = makeTemporaryDirectory("file")
-        FileManager.default.createFile(atPath: base + "/crashes", contents: Data())
+        _ = FileManager.default.createFile(atPath: base + "/crashes", contents: Data())
         expectInstallError("not a directory") { try install(base + "/crashes") }
     }
 

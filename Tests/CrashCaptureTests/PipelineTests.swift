@@ -1,4 +1,6 @@
+import CrashFileFormat
 import Foundation
+import TestSupport
 import Testing
 
 @testable import CrashCapture
@@ -10,51 +12,6 @@ import Testing
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
-
-/// `crashcap collect` as a real server process, for the duration of one test.
-final class CollectorProcess {
-    let child: Child
-    let url: String
-    let base: String
-    let database: String
-
-    init(_ arguments: [String] = []) throws {
-        database = makeTemporaryDirectory("collector") + "/collected.sqlite"
-        child = try Child(Paths.crashcap, ["collect", "--port", "0", "--db", database] + arguments)
-        guard child.waitForOutput("listening on"), let range = child.stdout.range(of: "http://") else {
-            throw TestFailure("collector did not start: \(child.stdout) \(child.stderr)")
-        }
-        url = String(child.stdout[range.lowerBound...]).trimmingCharacters(in: .whitespacesAndNewlines)
-        base = String(url.dropLast(3))
-    }
-
-    func get(_ path: String) throws -> (Int, Data) {
-        try request("GET", path, body: nil)
-    }
-
-    func request(_ method: String, _ path: String, body: Data?) throws -> (Int, Data) {
-        var request = URLRequest(url: URL(string: base + path)!, timeoutInterval: 10)
-        request.httpMethod = method
-        request.httpBody = body
-        let done = DispatchSemaphore(value: 0)
-        let result = Box<(Int, Data)>((0, Data()))
-        URLSession.shared.dataTask(with: request) { data, response, _ in
-            result.value = ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data())
-            done.signal()
-        }.resume()
-        if done.wait(timeout: .now() + 15) == .timedOut { throw TestFailure("no response to \(method) \(path)") }
-        return result.value
-    }
-
-    /// Every stored event, in arrival order.
-    func events() throws -> [[String: Any]] {
-        let (status, data) = try get("/events")
-        guard status == 200 else { throw TestFailure("GET /events: \(status)") }
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-        }
-    }
-}
 
 @Suite(.serialized) struct PipelineTests {
     func sample(
@@ -209,72 +166,6 @@ final class CollectorProcess {
         #expect(store.rejectedCount >= 1, "the refused batch is kept aside, not lost")
         #expect(store.count == 0)
         #expect(try collector.events().count + store.rejectedCount == 122)
-    }
-}
-
-@Suite struct CollectorTests {
-    @Test func rejectsMalformedBatchesWithAReason() throws {
-        let collector = try CollectorProcess()
-        let (status, body) = try collector.request("POST", "/sa", body: Data("crc=1&gzip=1&data_list=abc".utf8))
-        #expect(status == 400)
-        #expect(String(decoding: body, as: UTF8.self).contains("crc mismatch"))
-        let noID = try WireFormat.encode(events: ["{\"event\":\"x\",\"properties\":{}}"])
-        let (missing, message) = try collector.request("POST", "/sa", body: noID)
-        #expect(missing == 400)
-        #expect(String(decoding: message, as: UTF8.self).contains("no event_id"))
-        #expect(try collector.get("/nowhere").0 == 404)
-        #expect(try collector.request("DELETE", "/events", body: nil).0 == 405)
-    }
-
-    @Test func faultsApplyToUploadsOnly() throws {
-        let collector = try CollectorProcess(["--drop-first", "1", "--fail-first", "1"])
-        let batch = String(
-            decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"]),
-            as: UTF8.self)
-        // A plain client, one connection per request: URLSession retries a dropped keep-alive
-        // connection on its own, which would hide what the server did.
-        let client = """
-            import http.client, sys
-            host, port = sys.argv[1].split("//")[1].split("/")[0].split(":")
-            def ask(method, path, body=None):
-                connection = http.client.HTTPConnection(host, int(port), timeout=10)
-                try:
-                    connection.request(method, path, body)
-                    print(method, path, connection.getresponse().status)
-                except (http.client.RemoteDisconnected, ConnectionResetError):
-                    print(method, path, "dropped")
-            ask("GET", "/events"); ask("GET", "/health")
-            for _ in range(3): ask("POST", "/sa", sys.argv[2])
-            """
-        let result = try run("/usr/bin/env", ["python3", "-c", client, collector.url, batch])
-        #expect(
-            result.stdout
-                == "GET /events 200\nGET /health 200\nPOST /sa dropped\nPOST /sa 500\nPOST /sa 200\n",
-            "\(result.stderr)")
-    }
-
-    @Test func deduplicatesByEventID() throws {
-        let collector = try CollectorProcess()
-        let batch = try WireFormat.encode(events: [
-            "{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
-            "{\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
-        ])
-        let (_, first) = try collector.request("POST", "/sa", body: batch)
-        #expect(String(decoding: first, as: UTF8.self) == "{\"inserted\":2,\"duplicates\":0}")
-        let (_, second) = try collector.request("POST", "/sa", body: batch)
-        #expect(String(decoding: second, as: UTF8.self) == "{\"inserted\":0,\"duplicates\":2}")
-        #expect(try collector.events().count == 2)
-    }
-
-    @Test func badArgumentsAreClearErrors() throws {
-        let busy = try CollectorProcess()
-        let port = String(busy.base.split(separator: ":").last!)
-        let result = try run(
-            Paths.crashcap, ["collect", "--port", port, "--db", makeTemporaryDirectory("busy") + "/x.db"])
-        #expect(result.exitCode == 69)
-        #expect(result.stderr.contains("cannot listen"))
-        let noDB = try run(Paths.crashcap, ["collect"])
-        #expect(noDB.exitCode != 0 && noDB.stderr.contains("--db"))
     }
 }
 

@@ -108,10 +108,6 @@ CRASHCAPTURE_API int crashcapture_set_distinct_id(const char *distinct_id);
 CRASHCAPTURE_API int crashcapture_watch_termination(void);
 CRASHCAPTURE_API void crashcapture_finish_termination(int signo);
 
-/// Test hook: when set to 1, the next crash report faults inside the handler on purpose,
-/// to prove that a fault in our own handler still leaves a minimal record and re-raises.
-CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int enabled);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,446 @@
+// Install time: everything the crash path needs is prepared here, where allocation,
+// locks and formatting are allowed, so that crash_path.c only reads it.
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+
+cc_state cc_global = {.fd = -1, .dir_fd = -1};
+
+static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
+static char cc_last_error[1024];
+static bool cc_hooks_registered;
+
+static bool cc_valid_distinct_id(const char *id, size_t len);
+
+static int cc_fail(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(cc_last_error, sizeof(cc_last_error), format, args);
+    va_end(args);
+    return -1;
+}
+
+const char *crashcapture_last_error(void) { return cc_last_error; }
+
+int crashcapture_is_installed(void) { return atomic_load(&cc_global.installed); }
+
+const char *crashcapture_crash_file_path(void) {
+    return atomic_load(&cc_global.installed) ? cc_global.file_path : NULL;
+}
+
+const char *crashcapture_session_id(void) {
+    return atomic_load(&cc_global.installed) ? cc_global.session_id : NULL;
+}
+
+const char *crashcapture_distinct_id(void) {
+    if (!atomic_load(&cc_global.installed)) return NULL;
+    const char *current = atomic_load(&cc_global.current_distinct_id);
+    return current != NULL ? current : cc_global.distinct_id;
+}
+
+int crashcapture_set_distinct_id(const char *distinct_id) {
+    if (distinct_id == NULL || !cc_valid_distinct_id(distinct_id, strlen(distinct_id))) return -1;
+    pthread_mutex_lock(&cc_install_lock);
+    const char *current = atomic_load(&cc_global.current_distinct_id);
+    char *slot = current == cc_global.distinct_id_slots[0] ? cc_global.distinct_id_slots[1] : cc_global.distinct_id_slots[0];
+    snprintf(slot, sizeof(cc_global.distinct_id_slots[0]), "%s", distinct_id);
+    atomic_store(&cc_global.current_distinct_id, slot);
+    pthread_mutex_unlock(&cc_install_lock);
+    return 0;
+}
+
+int64_t crashcapture_start_wall_ms(void) { return cc_global.start_wall_ms; }
+int64_t crashcapture_start_monotonic_ns(void) { return cc_global.start_mono_ns; }
+const char *crashcapture_static_properties_json(void) { return cc_global.static_props; }
+int crashcapture_has_libunwind(void) { return cc_global.unw_init_local2 != NULL; }
+
+// MARK: - Directory and identity
+
+static int cc_make_directories(const char *path) {
+    char partial[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(partial)) return cc_fail("crash directory path is empty or too long");
+    memcpy(partial, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (partial[i] != '/' && partial[i] != '\0') continue;
+        char saved = partial[i];
+        partial[i] = '\0';
+        if (mkdir(partial, 0700) != 0 && errno != EEXIST)
+            return cc_fail("cannot create directory %s: %s", partial, strerror(errno));
+        partial[i] = saved;
+    }
+    return 0;
+}
+
+static int cc_open_directory(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
+        if (cc_make_directories(path) != 0) return -1;
+        if (lstat(path, &st) != 0) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
+    }
+    if (S_ISLNK(st.st_mode)) return cc_fail("crash directory %s is a symbolic link; refusing it", path);
+    if (!S_ISDIR(st.st_mode)) return cc_fail("crash directory %s is not a directory", path);
+    if (st.st_uid != geteuid())
+        return cc_fail("crash directory %s is owned by uid %u, not by this process's uid %u; refusing it", path,
+                       (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & S_IWOTH) return cc_fail("crash directory %s is writable by everyone; refusing it", path);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return cc_fail("cannot open directory %s: %s", path, strerror(errno));
+    return fd;
+}
+
+static bool cc_valid_distinct_id(const char *id, size_t len) {
+    if (len == 0 || len > 255) return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] < 0x20 || id[i] == '"' || id[i] == '\\' || id[i] == 0x7f) return false;
+    return true;
+}
+
+// A random UUID persisted next to the crash files, so every session of this app on this
+// machine reports as the same user until the app sets its own id.
+static int cc_load_distinct_id(int dir_fd, const char *given) {
+    if (given != NULL) {
+        if (!cc_valid_distinct_id(given, strlen(given)))
+            return cc_fail("distinct_id must be 1 to 255 printable bytes without quotes or backslashes");
+        snprintf(cc_global.distinct_id, sizeof(cc_global.distinct_id), "%s", given);
+        return 0;
+    }
+    int fd = openat(dir_fd, "distinct_id", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        char buffer[256];
+        ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+        close(fd);
+        while (n > 0 && (buffer[n - 1] == '\n' || buffer[n - 1] == '\r')) n--;
+        if (n > 0 && cc_valid_distinct_id(buffer, (size_t)n)) {
+            buffer[n] = '\0';
+            memcpy(cc_global.distinct_id, buffer, (size_t)n + 1);
+            return 0;
+        }
+        // A damaged id file is replaced below; the old id is unrecoverable anyway.
+    }
+    char hex[33];
+    if (cc_random_hex(hex, 16) != 0) return cc_fail("getrandom failed: %s", strerror(errno));
+    hex[12] = '4';                             // UUID version 4
+    hex[16] = "89ab"[(hex[16] - '0') & 3];     // RFC 4122 variant
+    snprintf(cc_global.distinct_id, sizeof(cc_global.distinct_id), "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8,
+             hex + 12, hex + 16, hex + 20);
+    char temp[64];
+    snprintf(temp, sizeof(temp), ".distinct_id.%d", (int)getpid());
+    fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return cc_fail("cannot write distinct_id: %s", strerror(errno));
+    bool ok = cc_write_all(fd, cc_global.distinct_id, strlen(cc_global.distinct_id)) == 0 && fsync(fd) == 0;
+    close(fd);
+    if (!ok || renameat(dir_fd, temp, dir_fd, "distinct_id") != 0) {
+        unlinkat(dir_fd, temp, 0);
+        return cc_fail("cannot write distinct_id: %s", strerror(errno));
+    }
+    return 0;
+}
+
+// MARK: - Static JSON
+
+static int cc_check_key(const char *key) {
+    size_t n = key != NULL ? strlen(key) : 0;
+    if (n == 0 || n > 100) return cc_fail("property key must be 1 to 100 bytes");
+    if (key[0] == '$') return cc_fail("property key \"%s\": keys starting with $ are reserved for presets", key);
+    for (size_t i = 0; i < n; i++) {
+        char c = key[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (i > 0 && c >= '0' && c <= '9');
+        if (!ok) return cc_fail("property key \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", key);
+    }
+    if (ccf_is_reserved_name(key, n)) return cc_fail("property key \"%s\" is a reserved name", key);
+    return 0;
+}
+
+static bool cc_valid_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int extra = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
+        if (extra < 0 || (extra == 1 && *p < 0xc2)) return false;
+        p++;
+        for (int i = 0; i < extra; i++, p++)
+            if ((*p & 0xc0) != 0x80) return false;
+    }
+    return true;
+}
+
+static void cc_append_member(cc_buf *b, const char *key, const char *value) {
+    if (b->len > 0) cc_buf_append_str(b, ",");
+    cc_buf_append_json_string(b, key, 256);
+    cc_buf_append_str(b, ":");
+    cc_buf_append_json_string(b, value, 8191);
+}
+
+// Process start in ms since the epoch: /proc/self/stat field 22 counts clock ticks since
+// boot, and CLOCK_BOOTTIME says how long ago boot was (cheaper than reading /proc/stat).
+static int64_t cc_process_start_ms(void) {
+    char buffer[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buffer[n] = '\0';
+    const char *p = strrchr(buffer, ')');
+    if (p == NULL) return 0;
+    unsigned long long start_ticks = 0;
+    // Fields after the command: state is field 3, starttime field 22.
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+               &start_ticks) != 1)
+        return 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot_now;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot_now) != 0) return 0;
+    int64_t since_boot_ms = (int64_t)boot_now.tv_sec * 1000 + boot_now.tv_nsec / 1000000;
+    int64_t started_ms = (int64_t)(start_ticks * 1000 / (unsigned long long)hz);
+    return cc_wall_ms() - (since_boot_ms - started_ms);
+}
+
+static int cc_build_static_json(const crashcapture_config *config) {
+    struct utsname uts;
+    if (uname(&uts) != 0) memset(&uts, 0, sizeof(uts));
+    cc_buf b = {cc_global.static_props, 0, sizeof(cc_global.static_props) - 1, false};
+    cc_append_member(&b, "$app_name", cc_global.app_name);
+    cc_append_member(&b, "$app_version", cc_global.app_version);
+    cc_append_member(&b, "$os", "Linux");
+    cc_append_member(&b, "$os_version", uts.release);
+    cc_append_member(&b, "$model", uts.machine);
+    cc_append_member(&b, "$lib", CCF_LIB_NAME);
+    cc_append_member(&b, "$lib_version", CRASHCAPTURE_VERSION);
+    cc_append_member(&b, "$lib_method", "autoTrack");
+    cc_append_member(&b, "$hostname", uts.nodename);
+    cc_buf_append_str(&b, ",\"$process_start_time\":");
+    cc_buf_append_i64(&b, cc_process_start_ms());
+    for (size_t i = 0; i < config->property_count; i++) {
+        const crashcapture_property *p = &config->properties[i];
+        if (cc_check_key(p->key) != 0) return -1;
+        if (p->value == NULL) return cc_fail("property \"%s\" has no value", p->key);
+        if (strlen(p->value) > 8191) return cc_fail("property \"%s\" is longer than 8191 bytes", p->key);
+        if (!cc_valid_utf8(p->value)) return cc_fail("property \"%s\" is not valid UTF-8", p->key);
+        cc_append_member(&b, p->key, p->value);
+    }
+    if (config->prevalidated_properties_json != NULL && config->prevalidated_properties_json[0] != '\0') {
+        cc_buf_append_str(&b, ",");
+        cc_buf_append_str(&b, config->prevalidated_properties_json);
+    }
+    if (b.overflow) return cc_fail("static properties exceed %zu bytes", sizeof(cc_global.static_props) - 1);
+    cc_global.static_props[b.len] = '\0';
+    cc_global.static_props_len = b.len;
+
+    cc_buf lib = {cc_global.lib_json, 0, sizeof(cc_global.lib_json), false};
+    cc_buf_append_str(&lib, "\"lib\":{\"$lib\":\"" CCF_LIB_NAME "\",\"$lib_version\":\"" CRASHCAPTURE_VERSION
+                            "\",\"$lib_method\":\"autoTrack\",\"$lib_detail\":\"signal handler\",\"$app_version\":");
+    cc_buf_append_json_string(&lib, cc_global.app_version, 200);
+    cc_buf_append_str(&lib, "}");
+    if (lib.overflow) return cc_fail("app version is too long");
+    cc_global.lib_json_len = lib.len;
+    return 0;
+}
+
+// MARK: - Optional runtimes
+
+#define CC_STRINGIFY2(x) #x
+#define CC_STRINGIFY(x) CC_STRINGIFY2(x)
+
+// RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where libstdc++ and the
+// Swift runtime would otherwise bind to them instead of libgcc_s.
+static void cc_load_libunwind(void) {
+    if (cc_global.unw_init_local2 != NULL) return;
+    // An escape hatch, and how the frame-pointer fallback is tested: stacks as without libunwind.
+    const char *disabled = getenv("CRASHCAPTURE_NO_LIBUNWIND");
+    if (disabled != NULL && disabled[0] != '\0' && strcmp(disabled, "0") != 0) return;
+    void *handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) return;
+    cc_unw_init_local2_fn init = (cc_unw_init_local2_fn)dlsym(handle, CC_STRINGIFY(unw_init_local2));
+    cc_unw_step_fn step = (cc_unw_step_fn)dlsym(handle, CC_STRINGIFY(unw_step));
+    cc_unw_get_reg_fn get_reg = (cc_unw_get_reg_fn)dlsym(handle, CC_STRINGIFY(unw_get_reg));
+    if (init == NULL || step == NULL || get_reg == NULL) return;
+    cc_global.unw_step = step;
+    cc_global.unw_get_reg = get_reg;
+    cc_global.unw_init_local2 = init;
+}
+
+static void cc_hook_runtimes(void) {
+    typedef _Atomic(const char *) *(*fatal_buffer_fn)(void);
+    fatal_buffer_fn fatal_buffer = (fatal_buffer_fn)dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
+    if (fatal_buffer != NULL) cc_global.swift_fatal_message = fatal_buffer();
+
+    cc_global.set_terminate = (void *(*)(void (*)(void)))dlsym(RTLD_DEFAULT, "_ZSt13set_terminatePFvvE");
+    cc_global.cxa_current_exception_type = (void *(*)(void))dlsym(RTLD_DEFAULT, "__cxa_current_exception_type");
+    if (cc_global.set_terminate != NULL)
+        cc_global.previous_terminate = (void (*)(void))cc_global.set_terminate(cc_terminate_handler);
+}
+
+static void cc_unhook_runtimes(void) {
+    if (cc_global.set_terminate == NULL) return;
+    void (*current)(void) = (void (*)(void))cc_global.set_terminate(cc_global.previous_terminate);
+    if (current != cc_terminate_handler) cc_global.set_terminate(current);  // someone replaced us: keep theirs
+}
+
+// MARK: - Signals
+
+static bool cc_is_ours(const struct sigaction *sa) {
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == cc_signal_handler;
+}
+
+static int cc_install_signal_handlers(void) {
+    memset(&cc_global.ours, 0, sizeof(cc_global.ours));
+    cc_global.ours.sa_sigaction = cc_signal_handler;
+    // SA_NODEFER: a fault inside our own handler must reach us (to be survived), and the
+    // handlers we chain to must not inherit the fatal signals blocked.
+    cc_global.ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigfillset(&cc_global.ours.sa_mask);
+    for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) sigdelset(&cc_global.ours.sa_mask, cc_handled_signals[i]);
+    for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) {
+        int signo = cc_handled_signals[i];
+        struct sigaction previous;
+        if (sigaction(signo, NULL, &previous) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
+        if (cc_is_ours(&previous)) continue;
+        cc_global.previous[signo] = previous;
+        if (sigaction(signo, &cc_global.ours, NULL) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
+        cc_global.replaced[signo] = true;
+    }
+    return 0;
+}
+
+static void cc_restore_signal_handlers(void) {
+    for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) {
+        int signo = cc_handled_signals[i];
+        if (!cc_global.replaced[signo]) continue;
+        struct sigaction current;
+        // Someone installed a handler after ours: leave theirs; our handler passes through.
+        if (sigaction(signo, NULL, &current) == 0 && cc_is_ours(&current))
+            sigaction(signo, &cc_global.previous[signo], NULL);
+        cc_global.replaced[signo] = false;
+    }
+}
+
+// MARK: - Session end and fork
+
+void crashcapture_end_session(void) {
+    if (!atomic_load(&cc_global.installed) || atomic_load(&cc_global.session_ended)) return;
+    // From here on a crash (in a later atexit handler, say) is still reported, without a
+    // second $AppEnd: the normal one was already tracked.
+    atomic_store(&cc_global.session_ended, 1);
+    if (cc_global.anonymous_file) return;
+    unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    int fd = cc_global.fd;
+    cc_global.fd = -1;
+    if (fd >= 0) close(fd);
+}
+
+static void cc_at_exit(void) { crashcapture_end_session(); }
+
+// MARK: - Public
+
+int crashcapture_install(const crashcapture_config *config) {
+    pthread_mutex_lock(&cc_install_lock);
+    int result = 0;
+    if (atomic_load(&cc_global.installed)) goto done;
+    if (config == NULL || config->directory == NULL || config->directory[0] == '\0') {
+        result = cc_fail("a crash directory is required");
+        goto done;
+    }
+    if (config->property_count > 0 && config->properties == NULL) {
+        result = cc_fail("property_count is %zu but properties is NULL", config->property_count);
+        goto done;
+    }
+    if (strlen(config->directory) >= sizeof(cc_global.directory) - 80) {
+        result = cc_fail("crash directory path is too long");
+        goto done;
+    }
+    const char *app_name = config->app_name;
+    char exe[PATH_MAX];
+    if (app_name == NULL || app_name[0] == '\0') {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        exe[n > 0 ? n : 0] = '\0';
+        const char *slash = strrchr(exe, '/');
+        app_name = slash != NULL ? slash + 1 : exe;
+    }
+    if (strlen(app_name) > 200 || !cc_valid_utf8(app_name)) {
+        result = cc_fail("app_name must be valid UTF-8 of at most 200 bytes");
+        goto done;
+    }
+    const char *app_version = config->app_version != NULL ? config->app_version : "";
+    if (strlen(app_version) > 200 || !cc_valid_utf8(app_version)) {
+        result = cc_fail("app_version must be valid UTF-8 of at most 200 bytes");
+        goto done;
+    }
+    snprintf(cc_global.app_name, sizeof(cc_global.app_name), "%s", app_name);
+    snprintf(cc_global.app_version, sizeof(cc_global.app_version), "%s", app_version);
+    if (cc_build_static_json(config) != 0) {
+        result = -1;
+        goto done;
+    }
+    int dir_fd = cc_open_directory(config->directory);
+    if (dir_fd < 0) {
+        result = -1;
+        goto done;
+    }
+    if (cc_load_distinct_id(dir_fd, config->distinct_id) != 0) {
+        close(dir_fd);
+        result = -1;
+        goto done;
+    }
+    snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
+    cc_global.dir_fd = dir_fd;
+    cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
+    const char *step;
+    int err = cc_open_session_file(&step);
+    if (err != 0) {
+        result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
+        close(dir_fd);
+        cc_global.dir_fd = -1;
+        goto done;
+    }
+    cc_modules_capture();
+    cc_load_libunwind();
+    cc_hook_runtimes();
+    crashcapture_install_thread_stack();
+    cc_threads_enable(true);
+    atomic_store(&cc_global.installed, 1);
+    if (cc_install_signal_handlers() != 0) {
+        atomic_store(&cc_global.installed, 0);
+        cc_restore_signal_handlers();
+        result = -1;
+        goto done;
+    }
+    if (!cc_hooks_registered) {
+        cc_hooks_registered = true;
+        atexit(cc_at_exit);
+        pthread_atfork(NULL, NULL, cc_after_fork_in_child);
+    }
+done:
+    pthread_mutex_unlock(&cc_install_lock);
+    return result;
+}
+
+void crashcapture_uninstall(void) {
+    pthread_mutex_lock(&cc_install_lock);
+    if (atomic_load(&cc_global.installed)) {
+        cc_restore_signal_handlers();
+        cc_unhook_runtimes();
+        cc_threads_enable(false);
+        crashcapture_end_session();
+        atomic_store(&cc_global.installed, 0);
+        if (cc_global.fd >= 0) close(cc_global.fd);
+        cc_global.fd = -1;
+        if (cc_global.dir_fd >= 0) close(cc_global.dir_fd);
+        cc_global.dir_fd = -1;
+    }
+    pthread_mutex_unlock(&cc_install_lock);
+}

@@ -1,0 +1,981 @@
+// THE CRASH PATH: everything that runs after a fatal signal arrives.
+//
+// Rules for this file and every other file in signal_safe/ (signal-safety(7));
+// CrashPathSymbolTests checks the undefined symbols of every object built from this
+// folder against an allowlist, so a slip fails CI:
+//   - no malloc/free/realloc, no stdio, no printf-family formatting (we format by hand);
+//   - no locks, no pthread_mutex, no dladdr/dlsym/dl_iterate_phdr, no uuid_generate;
+//   - no Swift and no C++ runtime calls, apart from __cxa_current_exception_type, which
+//     the terminate handler calls before abort() (it only reads thread-local state);
+//   - every buffer, file descriptor and byte of reserved disk is prepared at install
+//     (install.c); here we only read that state and the few atomics below;
+//   - the libunwind functions are reached through pointers taken at install, so the
+//     unwinder's own first-use setup is the only work we do not control;
+//   - any memory read that may fault (other stacks, loader structures, message buffers)
+//     runs inside a stage guarded by sigsetjmp: a fault there is caught by this handler
+//     (SA_NODEFER) and costs that stage only, never the report.
+// The process must end exactly as it would have without us: same signal, core dump,
+// every earlier handler called with the original siginfo and ucontext.
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+#include "testing/crashcapture_testing.h"
+
+const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT] = {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
+
+// MARK: - Formatting without libc
+
+void cc_buf_append(cc_buf *b, const char *s, size_t n) {
+    if (b->overflow) return;
+    if (n > b->cap - b->len) {
+        b->overflow = true;
+        return;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+}
+
+void cc_buf_append_str(cc_buf *b, const char *s) { cc_buf_append(b, s, strlen(s)); }
+
+static void cc_buf_append_char(cc_buf *b, char c) { cc_buf_append(b, &c, 1); }
+
+void cc_buf_append_u64(cc_buf *b, uint64_t v) {
+    char digits[20];
+    size_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) cc_buf_append_char(b, digits[--n]);
+}
+
+void cc_buf_append_i64(cc_buf *b, int64_t v) {
+    if (v < 0) {
+        cc_buf_append_char(b, '-');
+        cc_buf_append_u64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        cc_buf_append_u64(b, (uint64_t)v);
+    }
+}
+
+void cc_buf_append_hex(cc_buf *b, uint64_t v) {
+    static const char hex[] = "0123456789abcdef";
+    char digits[16];
+    size_t n = 0;
+    do {
+        digits[n++] = hex[v & 0xf];
+        v >>= 4;
+    } while (v != 0);
+    cc_buf_append(b, "0x", 2);
+    while (n > 0) cc_buf_append_char(b, digits[--n]);
+}
+
+static void cc_buf_append_quoted_hex(cc_buf *b, uint64_t v) {
+    cc_buf_append_char(b, '"');
+    cc_buf_append_hex(b, v);
+    cc_buf_append_char(b, '"');
+}
+
+// Escapes for a JSON string body. Bytes of invalid UTF-8 are kept as they are: the reader
+// replaces them, and keeping them loses nothing an analyst could use.
+static void cc_buf_append_json_escaped(cc_buf *b, const char *s, size_t max_bytes) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < max_bytes && s[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            cc_buf_append_char(b, '\\');
+            cc_buf_append_char(b, (char)c);
+        } else if (c == '\n') {
+            cc_buf_append(b, "\\n", 2);
+        } else if (c == '\t') {
+            cc_buf_append(b, "\\t", 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xf]};
+            cc_buf_append(b, esc, 6);
+        } else {
+            cc_buf_append_char(b, (char)c);
+        }
+    }
+}
+
+void cc_buf_append_json_string(cc_buf *b, const char *s, size_t max_bytes) {
+    cc_buf_append_char(b, '"');
+    cc_buf_append_json_escaped(b, s, max_bytes);
+    cc_buf_append_char(b, '"');
+}
+
+// CRC-32 (IEEE 802.3, as zlib), four bits at a time so the table is 16 constants.
+uint32_t cc_crc32(uint32_t crc, const void *data, size_t n) {
+    static const uint32_t table[16] = {
+        0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac, 0x76dc4190, 0x6b6b51f4, 0x4db26158, 0x5005713c,
+        0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c, 0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c,
+    };
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        crc = (crc >> 4) ^ table[crc & 0xf];
+        crc = (crc >> 4) ^ table[crc & 0xf];
+    }
+    return ~crc;
+}
+
+static void cc_put_le32(char *out, uint32_t v) {
+    out[0] = (char)(v & 0xff);
+    out[1] = (char)((v >> 8) & 0xff);
+    out[2] = (char)((v >> 16) & 0xff);
+    out[3] = (char)((v >> 24) & 0xff);
+}
+
+// Writes the 16-byte header in front of a payload that already sits at out + 16.
+static void cc_frame_in_place(char *out, uint32_t type, size_t len) {
+    memcpy(out, CCF_RECORD_MAGIC, 4);
+    cc_put_le32(out + 4, type);
+    cc_put_le32(out + 8, (uint32_t)len);
+    uint32_t crc = cc_crc32(0, out + 4, 8);
+    crc = cc_crc32(crc, out + CCF_RECORD_HEADER_SIZE, len);
+    cc_put_le32(out + 12, crc);
+}
+
+size_t cc_frame_record(char *out, size_t cap, uint32_t type, const char *payload, size_t len) {
+    if (len > CCF_MAXIMUM_PAYLOAD || cap < CCF_RECORD_HEADER_SIZE || len > cap - CCF_RECORD_HEADER_SIZE) return 0;
+    memmove(out + CCF_RECORD_HEADER_SIZE, payload, len);
+    cc_frame_in_place(out, type, len);
+    return CCF_RECORD_HEADER_SIZE + len;
+}
+
+int cc_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int64_t cc_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t cc_wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Finds NT_GNU_BUILD_ID among a module's PT_NOTE segments. Used at install and for
+// modules first seen at crash time (inside a guarded stage).
+bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char *hex_out, size_t hex_cap) {
+    static const char hex[] = "0123456789abcdef";
+    const ElfW(Phdr) *ph = phdrs;
+    for (size_t i = 0; i < phnum; i++) {
+        if (ph[i].p_type != PT_NOTE) continue;
+        const char *p = (const char *)(load_bias + ph[i].p_vaddr);
+        const char *end = p + ph[i].p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *note = (const ElfW(Nhdr) *)p;
+            const char *name = p + sizeof(ElfW(Nhdr));
+            const char *desc = name + ((note->n_namesz + 3) & ~3u);
+            const char *next = desc + ((note->n_descsz + 3) & ~3u);
+            if (next > end) break;
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                if (note->n_descsz * 2 + 1 > hex_cap) return false;
+                const unsigned char *d = (const unsigned char *)desc;
+                for (size_t k = 0; k < note->n_descsz; k++) {
+                    hex_out[2 * k] = hex[d[k] >> 4];
+                    hex_out[2 * k + 1] = hex[d[k] & 0xf];
+                }
+                hex_out[note->n_descsz * 2] = '\0';
+                return true;
+            }
+            p = next;
+        }
+    }
+    return false;
+}
+
+// MARK: - Names
+
+static const char *cc_signal_name(int signo) {
+    const char *name = ccf_signal_name(signo);
+    return name != NULL ? name : "SIGNAL";
+}
+
+// Whether returning from the handler re-executes the faulting instruction. int3 leaves the
+// PC after the trap, so SIGTRAP never counts; signals sent by kill/raise/abort never recur.
+static bool cc_fault_recurs(int signo, const siginfo_t *info) {
+    if (info->si_code <= 0) return false;
+    return signo == SIGSEGV || signo == SIGBUS || signo == SIGILL || signo == SIGFPE;
+}
+
+static pid_t cc_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+// MARK: - Registers
+
+typedef struct cc_registers {
+    uintptr_t pc, sp, fp;
+} cc_registers;
+
+static cc_registers cc_registers_from(const ucontext_t *uc) {
+    cc_registers r = {0, 0, 0};
+#if defined(__x86_64__)
+    r.pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    r.sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    r.fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+#elif defined(__aarch64__)
+    r.pc = (uintptr_t)uc->uc_mcontext.pc;
+    r.sp = (uintptr_t)uc->uc_mcontext.sp;
+    r.fp = (uintptr_t)uc->uc_mcontext.regs[29];
+#endif
+    return r;
+}
+
+static void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
+#if defined(__x86_64__)
+    static const struct {
+        const char *name;
+        int index;
+    } regs[] = {
+        {"rip", REG_RIP}, {"rsp", REG_RSP}, {"rbp", REG_RBP}, {"rax", REG_RAX}, {"rbx", REG_RBX},
+        {"rcx", REG_RCX}, {"rdx", REG_RDX}, {"rsi", REG_RSI}, {"rdi", REG_RDI}, {"r8", REG_R8},
+        {"r9", REG_R9},   {"r10", REG_R10}, {"r11", REG_R11}, {"r12", REG_R12}, {"r13", REG_R13},
+        {"r14", REG_R14}, {"r15", REG_R15}, {"eflags", REG_EFL}, {"trapno", REG_TRAPNO}, {"err", REG_ERR},
+        {"cr2", REG_CR2},
+    };
+    cc_registers r = cc_registers_from(uc);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, r.pc);
+    cc_buf_append_str(b, ",\"sp\":");
+    cc_buf_append_quoted_hex(b, r.sp);
+    cc_buf_append_str(b, ",\"fp\":");
+    cc_buf_append_quoted_hex(b, r.fp);
+    for (size_t i = 0; i < sizeof(regs) / sizeof(regs[0]); i++) {
+        cc_buf_append_str(b, ",\"");
+        cc_buf_append_str(b, regs[i].name);
+        cc_buf_append_str(b, "\":");
+        cc_buf_append_quoted_hex(b, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
+    }
+    cc_buf_append_str(b, "}");
+#elif defined(__aarch64__)
+    cc_registers r = cc_registers_from(uc);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, r.pc);
+    cc_buf_append_str(b, ",\"sp\":");
+    cc_buf_append_quoted_hex(b, r.sp);
+    cc_buf_append_str(b, ",\"fp\":");
+    cc_buf_append_quoted_hex(b, r.fp);
+    for (int i = 0; i < 31; i++) {
+        cc_buf_append_str(b, ",\"x");
+        cc_buf_append_u64(b, (uint64_t)i);
+        cc_buf_append_str(b, "\":");
+        cc_buf_append_quoted_hex(b, uc->uc_mcontext.regs[i]);
+    }
+    cc_buf_append_str(b, "}");
+#else
+    cc_buf_append_str(b, "{}");
+#endif
+}
+
+// MARK: - Crash-time state
+
+// One thread reports; the others wait for it. A nested fault on the reporting thread is
+// recognised by its tid and jumps back to the stage it interrupted.
+static _Atomic pid_t cc_reporting_tid;
+static _Atomic int cc_report_written;
+static sigjmp_buf cc_stage_jump;
+static volatile sig_atomic_t cc_stage_armed;
+static volatile sig_atomic_t cc_fault_on_purpose;
+
+static uintptr_t cc_frames[CC_MAX_FRAMES];
+static volatile size_t cc_frame_count;
+static volatile int cc_used_libunwind;
+
+// Modules the loader gained after the last refresh, found through _r_debug at crash time.
+#define CC_MAX_LATE_MODULES 64
+typedef struct cc_late_module {
+    cc_module range;
+    const char *path;
+    char build_id[65];
+} cc_late_module;
+static cc_late_module cc_late_modules[CC_MAX_LATE_MODULES];
+static volatile size_t cc_late_module_count;
+
+static char cc_thread_name[32];
+static char cc_swift_message[4096];
+static char cc_exception_type[512];
+static char cc_record[CC_RECORD_CAPACITY];
+
+void crashcapture_test_fault_in_handler(int enabled) { cc_fault_on_purpose = enabled ? 1 : 0; }
+
+// MARK: - Stages
+
+enum cc_stage {
+    CC_STAGE_UNWIND = 0,
+    CC_STAGE_LATE_MODULES,
+    CC_STAGE_TEXTS,
+    CC_STAGE_COUNT,
+};
+static const char *const cc_stage_names[CC_STAGE_COUNT] = {"unwind", "late_modules", "texts"};
+
+static bool cc_in_module(const cc_module *m, uintptr_t pc) { return pc >= m->start && pc < m->end; }
+
+static bool cc_in_any_module(uintptr_t pc) {
+    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
+    if (map == NULL) return false;
+    for (size_t i = 0; i < map->count; i++)
+        if (cc_in_module(&map->modules[i], pc)) return true;
+    return false;
+}
+
+// A call through a bad function pointer faults at the bad address, where no unwind info
+// exists, and unwinders then skip the caller. The call has just pushed its return address
+// (x86_64: at sp; aarch64: in the link register): put that frame back.
+static void cc_recover_bad_call(const ucontext_t *uc) {
+    if (cc_frame_count == 0 || cc_in_any_module(cc_frames[0])) return;
+#if defined(__x86_64__)
+    uintptr_t caller = *(const uintptr_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    uintptr_t caller = (uintptr_t)uc->uc_mcontext.regs[30];
+#else
+    uintptr_t caller = 0;
+#endif
+    if (!cc_in_any_module(caller) || (cc_frame_count > 1 && cc_frames[1] == caller)) return;
+    size_t count = cc_frame_count < CC_MAX_FRAMES ? cc_frame_count + 1 : CC_MAX_FRAMES;
+    for (size_t i = count - 1; i > 1; i--) cc_frames[i] = cc_frames[i - 1];
+    cc_frames[1] = caller;
+    cc_frame_count = count;
+}
+
+static void cc_walk_stack(ucontext_t *uc);
+
+static void cc_unwind(ucontext_t *uc) {
+    cc_walk_stack(uc);
+    cc_recover_bad_call(uc);
+}
+
+static void cc_walk_stack(ucontext_t *uc) {
+    cc_frame_count = 0;
+    cc_used_libunwind = 0;
+    if (cc_fault_on_purpose) {
+        volatile int *volatile nowhere = 0;
+        *nowhere = 1;
+    }
+    if (cc_global.unw_init_local2 != NULL) {
+        unw_cursor_t cursor;
+        if (cc_global.unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+            cc_used_libunwind = 1;
+            do {
+                unw_word_t ip = 0;
+                if (cc_global.unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                cc_frames[cc_frame_count] = (uintptr_t)ip;
+                cc_frame_count = cc_frame_count + 1;
+            } while (cc_frame_count < CC_MAX_FRAMES && cc_global.unw_step(&cursor) > 0);
+            if (cc_frame_count > 1) return;
+        }
+    }
+    // Frame-pointer walk: used without libunwind, or when it found no caller. A bad frame
+    // pointer faults, which the stage guard turns into a shorter stack.
+    cc_registers r = cc_registers_from(uc);
+    cc_used_libunwind = 0;
+    cc_frames[0] = r.pc;
+    cc_frame_count = 1;
+    uintptr_t fp = r.fp;
+    while (cc_frame_count < CC_MAX_FRAMES && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
+        const uintptr_t *frame = (const uintptr_t *)fp;
+        uintptr_t next = frame[0];
+        uintptr_t ret = frame[1];
+        if (ret == 0) break;
+        cc_frames[cc_frame_count] = ret;
+        cc_frame_count = cc_frame_count + 1;
+        if (next <= fp) break;
+        fp = next;
+    }
+}
+
+
+// Index of the module holding pc in the combined list (install-time map, then late ones).
+static long cc_find_module(const cc_module_map *map, uintptr_t pc, uintptr_t *bias) {
+    if (map != NULL) {
+        for (size_t i = 0; i < map->count; i++) {
+            if (cc_in_module(&map->modules[i], pc)) {
+                *bias = map->modules[i].load_bias;
+                return (long)i;
+            }
+        }
+    }
+    size_t base = map != NULL ? map->count : 0;
+    for (size_t i = 0; i < cc_late_module_count; i++) {
+        if (cc_in_module(&cc_late_modules[i].range, pc)) {
+            *bias = cc_late_modules[i].range.load_bias;
+            return (long)(base + i);
+        }
+    }
+    return -1;
+}
+
+static bool cc_bias_known(const cc_module_map *map, uintptr_t bias) {
+    if (map == NULL) return false;
+    for (size_t i = 0; i < map->count; i++)
+        if (map->modules[i].load_bias == bias) return true;
+    return false;
+}
+
+// Libraries dlopen'ed after the last module refresh: walk the loader's public list,
+// lock-free, and read each new object's program headers from its mapped ELF header.
+static void cc_scan_late_modules(const cc_module_map *map) {
+    cc_late_module_count = 0;
+    bool missing = false;
+    uintptr_t unused;
+    for (size_t i = 0; i < cc_frame_count; i++)
+        if (cc_find_module(map, cc_frames[i], &unused) < 0) missing = true;
+    if (!missing) return;
+    for (struct link_map *l = _r_debug.r_map; l != NULL && cc_late_module_count < CC_MAX_LATE_MODULES; l = l->l_next) {
+        if (l->l_addr == 0 || cc_bias_known(map, l->l_addr)) continue;
+        const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)l->l_addr;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0) continue;
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(l->l_addr + eh->e_phoff);
+        cc_late_module *m = &cc_late_modules[cc_late_module_count];
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (size_t k = 0; k < eh->e_phnum; k++) {
+            if (ph[k].p_type != PT_LOAD) continue;
+            uintptr_t start = l->l_addr + ph[k].p_vaddr;
+            if (start < lo) lo = start;
+            if (start + ph[k].p_memsz > hi) hi = start + ph[k].p_memsz;
+        }
+        if (hi <= lo) continue;
+        m->range.start = lo;
+        m->range.end = hi;
+        m->range.load_bias = l->l_addr;
+        m->path = l->l_name;
+        if (!cc_read_build_id(l->l_addr, ph, eh->e_phnum, m->build_id, sizeof(m->build_id))) m->build_id[0] = '\0';
+        cc_late_module_count = cc_late_module_count + 1;
+    }
+}
+
+static void cc_copy_text(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    if (src != NULL)
+        for (; i + 1 < cap && src[i] != '\0'; i++) dst[i] = src[i];
+    dst[i] = '\0';
+}
+
+static void cc_gather_texts(void) {
+    if (prctl(PR_GET_NAME, cc_thread_name) != 0) cc_thread_name[0] = '\0';
+    cc_thread_name[sizeof(cc_thread_name) - 1] = '\0';
+    const char *message = NULL;
+    if (cc_global.swift_fatal_message != NULL)
+        message = atomic_load_explicit(cc_global.swift_fatal_message, memory_order_acquire);
+    cc_copy_text(cc_swift_message, sizeof(cc_swift_message), message);
+    cc_copy_text(cc_exception_type, sizeof(cc_exception_type),
+                 atomic_load_explicit(&cc_global.exception_type_name, memory_order_acquire));
+}
+
+static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
+    // volatile: both live across siglongjmp back into this frame.
+    volatile unsigned faulted = 0;
+    cc_thread_name[0] = cc_swift_message[0] = cc_exception_type[0] = '\0';
+    for (volatile int stage = 0; stage < CC_STAGE_COUNT; stage++) {
+        if (sigsetjmp(cc_stage_jump, 1) == 0) {
+            cc_stage_armed = 1;
+            switch (stage) {
+            case CC_STAGE_UNWIND: cc_unwind(uc); break;
+            case CC_STAGE_LATE_MODULES: cc_scan_late_modules(map); break;
+            case CC_STAGE_TEXTS: cc_gather_texts(); break;
+            }
+            cc_stage_armed = 0;
+        } else {
+            cc_stage_armed = 0;
+            faulted |= 1u << stage;
+            if (stage == CC_STAGE_UNWIND && cc_frame_count == 0) {
+                cc_frames[0] = cc_registers_from(uc).pc;
+                cc_frame_count = 1;
+            }
+        }
+    }
+    return faulted;
+}
+
+// MARK: - Serialization
+
+typedef struct cc_crash {
+    int signo;
+    const siginfo_t *info;
+    const ucontext_t *uc;
+    const cc_module_map *map;
+    pid_t pid, tid;
+    int64_t time_ms;
+    int64_t entry_ns;
+    unsigned faulted_stages;
+} cc_crash;
+
+static const char *cc_basename(const char *path) {
+    const char *base = path;
+    for (const char *p = path; *p != '\0'; p++)
+        if (*p == '/') base = p + 1;
+    return base;
+}
+
+static const char *cc_module_path(const cc_crash *c, long index, const char *fallback) {
+    size_t base = c->map != NULL ? c->map->count : 0;
+    if (index >= 0 && (size_t)index >= base) return cc_late_modules[(size_t)index - base].path;
+    return fallback;
+}
+
+static void cc_append_event_head(cc_buf *b, const char *event, const char *id_suffix, int64_t time_ms) {
+    cc_buf_append_str(b, "{\"type\":\"track\",\"event\":\"");
+    cc_buf_append_str(b, event);
+    cc_buf_append_str(b, "\",\"time\":");
+    cc_buf_append_i64(b, time_ms);
+    cc_buf_append_str(b, ",\"distinct_id\":");
+    const char *distinct_id = atomic_load_explicit(&cc_global.current_distinct_id, memory_order_acquire);
+    cc_buf_append_json_string(b, distinct_id != NULL ? distinct_id : cc_global.distinct_id, sizeof(cc_global.distinct_id));
+    cc_buf_append_str(b, ",\"event_id\":\"");
+    cc_buf_append_str(b, cc_global.session_id);
+    cc_buf_append_str(b, id_suffix);
+    cc_buf_append_str(b, "\",\"session_id\":\"");
+    cc_buf_append_str(b, cc_global.session_id);
+    cc_buf_append_str(b, "\",");
+    cc_buf_append(b, cc_global.lib_json, cc_global.lib_json_len);
+    cc_buf_append_str(b, ",\"properties\":{");
+    cc_buf_append(b, cc_global.static_props, cc_global.static_props_len);
+    if (cc_global.static_props_len > 0) cc_buf_append_str(b, ",");
+    cc_buf_append_str(b, "\"$pid\":");
+    cc_buf_append_i64(b, (int64_t)getpid());
+}
+
+// Module names for the readable text come from the install-time JSON: find the n-th
+// "path" value without parsing the whole thing.
+static void cc_append_module_name(cc_buf *b, const cc_crash *c, long index) {
+    if (index < 0) {
+        cc_buf_append_str(b, "???");
+        return;
+    }
+    const char *late = cc_module_path(c, index, NULL);
+    if (late != NULL) {
+        cc_buf_append_json_escaped(b, cc_basename(late), 256);
+        return;
+    }
+    const char *json = c->map->json;
+    size_t len = c->map->json_len;
+    long seen = -1;
+    for (size_t i = 0; i + 8 < len; i++) {
+        if (memcmp(json + i, "{\"path\":\"", 9) != 0) continue;
+        if (++seen != index) continue;
+        size_t start = i + 9, end = start, base = start;
+        while (end < len && !(json[end] == '"' && json[end - 1] != '\\')) {
+            if (json[end] == '/') base = end + 1;
+            end++;
+        }
+        cc_buf_append(b, json + base, end - base);
+        return;
+    }
+    cc_buf_append_str(b, "???");
+}
+
+static void cc_append_reason(cc_buf *b, const cc_crash *c) {
+    const siginfo_t *info = c->info;
+    cc_buf_append_str(b, "\"app_crashed_reason\":\"");
+    size_t start = b->len;
+    cc_buf_append_str(b, cc_signal_name(c->signo));
+    cc_buf_append_str(b, " (");
+    cc_buf_append_str(b, ccf_code_name(c->signo, info->si_code));
+    cc_buf_append_str(b, ")");
+    if (c->signo == SIGSEGV || c->signo == SIGBUS || c->signo == SIGILL || c->signo == SIGFPE) {
+        cc_buf_append_str(b, " at ");
+        cc_buf_append_hex(b, (uintptr_t)info->si_addr);
+    }
+    if (info->si_code <= 0) {
+        cc_buf_append_str(b, " sent by pid ");
+        cc_buf_append_i64(b, info->si_pid);
+    }
+    cc_buf_append_str(b, "\\nthread ");
+    cc_buf_append_i64(b, c->tid);
+    cc_buf_append_str(b, " \\\"");
+    cc_buf_append_json_escaped(b, cc_thread_name, sizeof(cc_thread_name));
+    cc_buf_append_str(b, "\\\"");
+    if (c->tid == c->pid) cc_buf_append_str(b, " (main)");
+    if (cc_swift_message[0] != '\0') {
+        cc_buf_append_str(b, "\\n");
+        cc_buf_append_json_escaped(b, cc_swift_message, 2048);
+    }
+    if (cc_exception_type[0] != '\0') {
+        cc_buf_append_str(b, "\\nuncaught C++ exception of type ");
+        cc_buf_append_json_escaped(b, cc_exception_type, 256);
+    }
+    for (size_t i = 0; i < cc_frame_count && i < 32 && b->len - start < 12 * 1024; i++) {
+        uintptr_t bias = 0;
+        long index = cc_find_module(c->map, cc_frames[i], &bias);
+        cc_buf_append_str(b, "\\n#");
+        cc_buf_append_u64(b, i);
+        cc_buf_append_str(b, " ");
+        cc_buf_append_hex(b, cc_frames[i]);
+        cc_buf_append_str(b, " ");
+        cc_append_module_name(b, c, index);
+        if (index >= 0) {
+            cc_buf_append_str(b, " +");
+            cc_buf_append_hex(b, cc_frames[i] - bias);
+        }
+    }
+    cc_buf_append_str(b, "\"");
+}
+
+static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
+    const siginfo_t *info = c->info;
+    cc_buf_append_str(b, ",\"crash_signal\":");
+    cc_buf_append_i64(b, c->signo);
+    cc_buf_append_str(b, ",\"crash_signal_name\":\"");
+    cc_buf_append_str(b, cc_signal_name(c->signo));
+    cc_buf_append_str(b, "\",\"crash_code\":");
+    cc_buf_append_i64(b, info->si_code);
+    cc_buf_append_str(b, ",\"crash_code_name\":\"");
+    cc_buf_append_str(b, ccf_code_name(c->signo, info->si_code));
+    cc_buf_append_str(b, "\",\"crash_fault_address\":");
+    cc_buf_append_quoted_hex(b, (uintptr_t)info->si_addr);
+    if (info->si_code <= 0) {
+        cc_buf_append_str(b, ",\"crash_sender_pid\":");
+        cc_buf_append_i64(b, info->si_pid);
+        if (info->si_code == SI_QUEUE) {
+            cc_buf_append_str(b, ",\"crash_signal_value\":");
+            cc_buf_append_i64(b, info->si_value.sival_int);
+        }
+    }
+    cc_buf_append_str(b, ",\"crash_tid\":");
+    cc_buf_append_i64(b, c->tid);
+    cc_buf_append_str(b, ",\"crash_thread_name\":");
+    cc_buf_append_json_string(b, cc_thread_name, sizeof(cc_thread_name));
+    cc_buf_append_str(b, ",\"crash_main_thread\":");
+    cc_buf_append_str(b, c->tid == c->pid ? "true" : "false");
+    if (cc_swift_message[0] != '\0') {
+        cc_buf_append_str(b, ",\"crash_swift_message\":");
+        cc_buf_append_json_string(b, cc_swift_message, sizeof(cc_swift_message));
+    }
+    if (cc_exception_type[0] != '\0') {
+        cc_buf_append_str(b, ",\"crash_exception_type\":");
+        cc_buf_append_json_string(b, cc_exception_type, sizeof(cc_exception_type));
+    }
+    cc_buf_append_str(b, ",\"crash_unwinder\":\"");
+    cc_buf_append_str(b, cc_used_libunwind ? "libunwind" : "frame-pointer");
+    cc_buf_append_str(b, "\",\"crash_handler_faults\":[");
+    bool first = true;
+    for (int s = 0; s < CC_STAGE_COUNT; s++) {
+        if (!(c->faulted_stages & (1u << s))) continue;
+        if (!first) cc_buf_append_str(b, ",");
+        first = false;
+        cc_buf_append_str(b, "\"");
+        cc_buf_append_str(b, cc_stage_names[s]);
+        cc_buf_append_str(b, "\"");
+    }
+    cc_buf_append_str(b, "],\"crash_handler_ms\":");
+    int64_t elapsed_us = (cc_monotonic_ns() - c->entry_ns) / 1000;
+    cc_buf_append_i64(b, elapsed_us / 1000);
+    cc_buf_append_str(b, ".");
+    char frac[3] = {(char)('0' + (elapsed_us / 100) % 10), (char)('0' + (elapsed_us / 10) % 10),
+                    (char)('0' + elapsed_us % 10)};
+    cc_buf_append(b, frac, 3);
+}
+
+static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
+    // Leave room to close the JSON whatever happens: frames and modules stop early instead.
+    size_t limit = b->cap > 4096 ? b->cap - 4096 : 0;
+    cc_buf_append_str(b, ",\"crash\":{\"registers\":");
+    cc_append_registers(b, c->uc);
+    cc_buf_append_str(b, ",\"frames\":[");
+    size_t written = 0;
+    for (; written < cc_frame_count && b->len < limit; written++) {
+        uintptr_t bias = 0;
+        long index = cc_find_module(c->map, cc_frames[written], &bias);
+        if (written > 0) cc_buf_append_str(b, ",");
+        cc_buf_append_str(b, "{\"pc\":");
+        cc_buf_append_quoted_hex(b, cc_frames[written]);
+        if (index >= 0) {
+            cc_buf_append_str(b, ",\"module\":");
+            cc_buf_append_i64(b, index);
+            cc_buf_append_str(b, ",\"offset\":");
+            cc_buf_append_quoted_hex(b, cc_frames[written] - bias);
+        }
+        cc_buf_append_str(b, "}");
+    }
+    cc_buf_append_str(b, "],\"frames_truncated\":");
+    cc_buf_append_str(b, written < cc_frame_count || cc_frame_count == CC_MAX_FRAMES ? "true" : "false");
+    cc_buf_append_str(b, ",\"modules\":[");
+    if (c->map != NULL && b->len + c->map->json_len < limit) cc_buf_append(b, c->map->json, c->map->json_len);
+    for (size_t i = 0; i < cc_late_module_count && b->len < limit; i++) {
+        const cc_late_module *m = &cc_late_modules[i];
+        if (b->len > 0 && b->data[b->len - 1] != '[') cc_buf_append_str(b, ",");
+        cc_buf_append_str(b, "{\"path\":");
+        cc_buf_append_json_string(b, m->path != NULL ? m->path : "", 4096);
+        cc_buf_append_str(b, ",\"load_bias\":");
+        cc_buf_append_quoted_hex(b, m->range.load_bias);
+        cc_buf_append_str(b, ",\"start\":");
+        cc_buf_append_quoted_hex(b, m->range.start);
+        cc_buf_append_str(b, ",\"end\":");
+        cc_buf_append_quoted_hex(b, m->range.end);
+        cc_buf_append_str(b, ",\"build_id\":\"");
+        cc_buf_append_str(b, m->build_id);
+        cc_buf_append_str(b, "\",\"loaded_after_install\":true}");
+    }
+    cc_buf_append_str(b, "]}");
+}
+
+static size_t cc_build_crashed_event(char *out, size_t cap, const cc_crash *c) {
+    cc_buf b = {out, 0, cap, false};
+    cc_append_event_head(&b, "$AppCrashed", "-crash", c->time_ms);
+    cc_buf_append_str(&b, ",");
+    cc_append_reason(&b, c);
+    cc_append_crash_properties(&b, c);
+    cc_buf_append_str(&b, "}");
+    cc_append_crash_details(&b, c);
+    cc_buf_append_str(&b, "}");
+    return b.overflow ? 0 : b.len;
+}
+
+// Used when the full event did not fit: signal facts only, never nothing.
+static size_t cc_build_minimal_event(char *out, size_t cap, const cc_crash *c) {
+    cc_buf b = {out, 0, cap, false};
+    cc_append_event_head(&b, "$AppCrashed", "-crash", c->time_ms);
+    cc_buf_append_str(&b, ",\"app_crashed_reason\":\"");
+    cc_buf_append_str(&b, cc_signal_name(c->signo));
+    cc_buf_append_str(&b, " (");
+    cc_buf_append_str(&b, ccf_code_name(c->signo, c->info->si_code));
+    cc_buf_append_str(&b, ")\"");
+    cc_append_crash_properties(&b, c);
+    cc_buf_append_str(&b, ",\"crash_minimal\":true}}");
+    return b.overflow ? 0 : b.len;
+}
+
+static size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c) {
+    cc_buf b = {out, 0, cap, false};
+    cc_append_event_head(&b, "$AppEnd", "-end", c->time_ms);
+    int64_t ms = (c->entry_ns - cc_global.start_mono_ns) / 1000000;
+    if (ms < 0) ms = 0;
+    cc_buf_append_str(&b, ",\"$event_duration\":");
+    cc_buf_append_i64(&b, ms / 1000);
+    char frac[4] = {'.', (char)('0' + (ms / 100) % 10), (char)('0' + (ms / 10) % 10), (char)('0' + ms % 10)};
+    cc_buf_append(&b, frac, 4);
+    cc_buf_append_str(&b, ",\"$app_end_reason\":\"crash\"}}");
+    return b.overflow ? 0 : b.len;
+}
+
+static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
+                              int64_t publish_ns, int sync_ok) {
+    cc_buf b = {out, 0, cap, false};
+    cc_buf_append_str(&b, "{\"event_id\":\"");
+    cc_buf_append_str(&b, cc_global.session_id);
+    cc_buf_append_str(&b, "-crash\",\"handler_ns\":");
+    cc_buf_append_i64(&b, handler_ns);
+    cc_buf_append_str(&b, ",\"write_ns\":");
+    cc_buf_append_i64(&b, write_ns);
+    cc_buf_append_str(&b, ",\"fdatasync_ns\":");
+    cc_buf_append_i64(&b, sync_ns);
+    cc_buf_append_str(&b, ",\"publish_ns\":");
+    cc_buf_append_i64(&b, publish_ns);
+    cc_buf_append_str(&b, ",\"fdatasync_ok\":");
+    cc_buf_append_str(&b, sync_ok ? "true" : "false");
+    cc_buf_append_str(&b, "}");
+    return b.overflow ? 0 : b.len;
+}
+
+// A named crash file is removed at normal exit; a crash in a later atexit handler still
+// needs one. (An unnamed one stays open to the end.)
+static int cc_crash_fd(void) {
+    if (cc_global.fd >= 0) return cc_global.fd;
+    int fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    if (cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) return -1;
+    cc_global.record_offset = cc_global.session_record_len;
+    return fd;
+}
+
+// Gives the unnamed file its name once its records are durable, then makes the name durable.
+static void cc_publish(int fd) {
+    if (!cc_global.anonymous_file || fd != cc_global.fd) return;
+    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0)
+        fsync(cc_global.dir_fd);
+}
+
+static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
+    cc_crash c = {
+        .signo = signo,
+        .info = info,
+        .uc = uc,
+        .map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire),
+        .pid = getpid(),
+        .tid = cc_gettid(),
+        .time_ms = cc_wall_ms(),
+        .entry_ns = entry_ns,
+    };
+    c.faulted_stages = cc_run_stages(uc, c.map);
+
+    char *out = cc_record;
+    size_t cap = sizeof(cc_record);
+    size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap / 2, &c);
+    if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap / 2, &c);
+    cc_frame_in_place(out, CCF_RECORD_EVENT, crashed);
+    size_t total = CCF_RECORD_HEADER_SIZE + crashed;
+    // A session already ended normally ($AppEnd tracked, then a crash in an atexit handler)
+    // must not get a second $AppEnd.
+    if (!atomic_load(&cc_global.session_ended)) {
+        size_t end = cc_build_end_event(out + total + CCF_RECORD_HEADER_SIZE, cap - total - CCF_RECORD_HEADER_SIZE, &c);
+        cc_frame_in_place(out + total, CCF_RECORD_EVENT, end);
+        total += CCF_RECORD_HEADER_SIZE + end;
+    }
+
+    int fd = cc_crash_fd();
+    if (fd < 0) return;
+    int64_t write_start = cc_monotonic_ns();
+    if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) return;
+    int64_t sync_start = cc_monotonic_ns();
+    int sync_ok = fdatasync(fd) == 0;
+    int64_t synced = cc_monotonic_ns();
+    cc_publish(fd);
+    int64_t done = cc_monotonic_ns();
+    atomic_store(&cc_report_written, 1);
+
+    // Timings are known only now; they ride in a record of their own that the kernel
+    // flushes on its own schedule (the page cache outlives the process).
+    size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, done - entry_ns,
+                                    sync_start - write_start, synced - sync_start, done - synced, sync_ok);
+    if (timing > 0) {
+        cc_frame_in_place(out, CCF_RECORD_TIMING, timing);
+        cc_write_all(fd, out, CCF_RECORD_HEADER_SIZE + timing);
+    }
+}
+
+// MARK: - Chaining
+
+static void cc_set_default(int signo) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(signo, &dfl, NULL);
+}
+
+// Sends the signal again to this thread with the original siginfo (si_code, si_pid,
+// si_value), under the default action, so the process ends by it with a core dump.
+static void cc_reraise(int signo, siginfo_t *info) {
+    cc_set_default(signo);
+    siginfo_t copy = *info;
+    if (syscall(SYS_rt_tgsigqueueinfo, getpid(), cc_gettid(), signo, &copy) != 0)
+        syscall(SYS_tgkill, getpid(), cc_gettid(), signo);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, signo);
+    pthread_sigmask(SIG_UNBLOCK, &unblock, NULL);
+}
+
+static bool cc_is_default(const struct sigaction *sa) {
+    return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
+}
+
+static bool cc_is_ignore(const struct sigaction *sa) {
+    return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_IGN;
+}
+
+static void cc_chain(int signo, siginfo_t *info, void *context) {
+    struct sigaction previous = cc_global.previous[signo];
+    bool recurs = cc_fault_recurs(signo, info);
+    if (cc_is_ignore(&previous)) {
+        // Only a hardware fault gets here (sent signals returned early), and the kernel
+        // does not let one be ignored: the default action is what would have happened.
+        cc_set_default(signo);
+        if (!recurs) cc_reraise(signo, info);
+        return;
+    }
+    sigaction(signo, &previous, NULL);
+    if (cc_is_default(&previous)) {
+        if (!recurs) cc_reraise(signo, info);
+        return;
+    }
+    // Call the previous handler as the kernel would have: its sa_mask added to the mask of
+    // the interrupted code, the signal itself blocked unless SA_NODEFER, reset if asked.
+    if (previous.sa_flags & SA_RESETHAND) cc_set_default(signo);
+    sigset_t mask = ((ucontext_t *)context)->uc_sigmask;
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&previous.sa_mask, s) == 1) sigaddset(&mask, s);
+    if (previous.sa_flags & SA_NODEFER)
+        sigdelset(&mask, signo);
+    else
+        sigaddset(&mask, signo);
+    sigset_t saved;
+    pthread_sigmask(SIG_SETMASK, &mask, &saved);
+    if (previous.sa_flags & SA_SIGINFO)
+        previous.sa_sigaction(signo, info, context);
+    else
+        previous.sa_handler(signo);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    // A fault that recurs meets whatever disposition the previous handler left; a sent
+    // signal does not come back by itself, and the session is over: end it as the default would.
+    if (!recurs) cc_reraise(signo, info);
+}
+
+// MARK: - Entry points
+
+void cc_signal_handler(int signo, siginfo_t *info, void *context) {
+    int saved_errno = errno;
+    int64_t entry_ns = cc_monotonic_ns();
+    const struct sigaction *previous = &cc_global.previous[signo];
+    if (info->si_code <= 0 && cc_is_ignore(previous)) {
+        // Without us a sent signal would have been ignored: stay invisible.
+        errno = saved_errno;
+        return;
+    }
+    if (!atomic_load(&cc_global.installed)) {
+        // Uninstalled, but a handler installed after us still chains here: pass it on.
+        cc_chain(signo, info, context);
+        errno = saved_errno;
+        return;
+    }
+    pid_t self = cc_gettid();
+    pid_t expected = 0;
+    if (atomic_load(&cc_reporting_tid) == self) {
+        if (cc_stage_armed) siglongjmp(cc_stage_jump, 1);
+        // A fault after the report (in a chained handler, say): let it take its course.
+        cc_chain(signo, info, context);
+    } else if (atomic_compare_exchange_strong(&cc_reporting_tid, &expected, self)) {
+        cc_report(signo, info, (ucontext_t *)context, entry_ns);
+        atomic_store(&cc_report_written, 1);
+        cc_chain(signo, info, context);
+    } else {
+        // Another thread is reporting. Give it time to finish and to end the process with
+        // its own signal; if it does not within the bound, end it with ours.
+        struct timespec tick = {0, 1000000};
+        for (int waited_ms = 0; waited_ms < 20000 && !atomic_load(&cc_report_written); waited_ms++)
+            nanosleep(&tick, NULL);
+        for (int waited_ms = 0; waited_ms < 10000; waited_ms++) nanosleep(&tick, NULL);
+        cc_chain(signo, info, context);
+    }
+    errno = saved_errno;
+}
+
+void cc_terminate_handler(void) {
+    if (cc_global.cxa_current_exception_type != NULL) {
+        // std::type_info is { vtable, const char *name }; '*' marks a type local to a unit.
+        const char *const *type_info = cc_global.cxa_current_exception_type();
+        if (type_info != NULL && type_info[1] != NULL) {
+            const char *name = type_info[1];
+            if (name[0] == '*') name++;
+            atomic_store_explicit(&cc_global.exception_type_name, name, memory_order_release);
+        }
+    }
+    if (cc_global.previous_terminate != NULL) cc_global.previous_terminate();
+    abort();
+}

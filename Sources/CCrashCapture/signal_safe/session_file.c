@@ -1,0 +1,133 @@
+// The crash file of a session: created at install, and again in a forked child.
+//
+// After fork() in a multithreaded process the child may only make async-signal-safe calls
+// until it execs, so everything here follows the crash path's rules (crash_path.c): no
+// malloc, no stdio or printf-family formatting, no locks. Failures are returned as errno
+// values for install.c to put into words. CrashPathSymbolTests checks this file's object
+// against the same allowlist as the crash path, plus the few calls justified there.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+
+// Async-signal-safe: it also runs in a forked child (cc_open_session_file).
+int cc_random_hex(char *out, size_t bytes) {
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[32];
+    if (bytes > sizeof(raw)) return -1;
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t n = getrandom(raw + got, bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < bytes; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 0xf];
+    }
+    out[2 * bytes] = '\0';
+    return 0;
+}
+
+// Async-signal-safe, like everything cc_open_session_file calls.
+static bool cc_build_session_record(void) {
+    static char payload[sizeof(cc_global.session_record)];
+    cc_buf b = {payload, 0, sizeof(payload) - CCF_RECORD_HEADER_SIZE, false};
+    cc_buf_append_str(&b, "{\"session_id\":\"");
+    cc_buf_append_str(&b, cc_global.session_id);
+    cc_buf_append_str(&b, "\",\"pid\":");
+    cc_buf_append_i64(&b, getpid());
+    cc_buf_append_str(&b, ",\"start_wall_ms\":");
+    cc_buf_append_i64(&b, cc_global.start_wall_ms);
+    cc_buf_append_str(&b, ",\"start_monotonic_ns\":");
+    cc_buf_append_i64(&b, cc_global.start_mono_ns);
+    cc_buf_append_str(&b, ",\"distinct_id\":");
+    cc_buf_append_json_string(&b, cc_global.distinct_id, 256);
+    cc_buf_append_str(&b, ",\"app_name\":");
+    cc_buf_append_json_string(&b, cc_global.app_name, 256);
+    cc_buf_append_str(&b, ",\"app_version\":");
+    cc_buf_append_json_string(&b, cc_global.app_version, 256);
+    cc_buf_append_str(&b, ",\"lib_version\":\"" CRASHCAPTURE_VERSION "\"}");
+    if (b.overflow) return false;
+    cc_global.session_record_len =
+        cc_frame_record(cc_global.session_record, sizeof(cc_global.session_record), CCF_RECORD_SESSION, payload, b.len);
+    return cc_global.session_record_len > 0;
+}
+
+// Opens a new crash file for a new session id and reserves its space. Used at install and
+// again in a forked child, which must not write into its parent's file. After fork() in a
+// multithreaded process only async-signal-safe calls are allowed, so this formats with cc_buf
+// (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
+// caller turns that into a message when it is allowed to.
+int cc_open_session_file(const char **step) {
+    *step = "getrandom";
+    if (cc_random_hex(cc_global.session_id, 16) != 0) return errno != 0 ? errno : EIO;
+    cc_global.start_wall_ms = cc_wall_ms();
+    cc_global.start_mono_ns = cc_monotonic_ns();
+    cc_buf name = {cc_global.file_name, 0, sizeof(cc_global.file_name) - 1, false};
+    cc_buf_append_str(&name, CCF_FILE_PREFIX);
+    cc_buf_append_str(&name, cc_global.session_id);
+    cc_buf_append_str(&name, "." CCF_FILE_EXTENSION);
+    cc_global.file_name[name.len] = '\0';
+    cc_buf path = {cc_global.file_path, 0, sizeof(cc_global.file_path) - 1, false};
+    cc_buf_append_str(&path, cc_global.directory);
+    cc_buf_append_str(&path, "/");
+    cc_buf_append(&path, name.data, name.len);
+    cc_global.file_path[path.len] = '\0';
+    *step = "building the crash file path";
+    if (name.overflow || path.overflow) return ENAMETOOLONG;
+    *step = "creating the crash file";
+    int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    cc_global.anonymous_file = fd >= 0;
+    if (fd < 0) {
+        // No O_TMPFILE on this filesystem: a named file, locked so that a replaying process
+        // knows it belongs to a live session, and removed at exit.
+        fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) return errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int saved = errno;
+            *step = "locking the crash file";
+            close(fd);
+            unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+            return saved;
+        }
+    }
+    cc_buf proc = {cc_global.proc_fd_path, 0, sizeof(cc_global.proc_fd_path) - 1, false};
+    cc_buf_append_str(&proc, "/proc/self/fd/");
+    cc_buf_append_u64(&proc, (uint64_t)fd);
+    cc_global.proc_fd_path[proc.len] = '\0';
+    // Reserve the report's space now so that a full disk at crash time cannot lose it.
+    *step = "reserving space for the crash file";
+    int err = posix_fallocate(fd, 0, (off_t)cc_global.reserved_bytes);
+    if (err == 0) {
+        *step = "writing the session record";
+        err = !cc_build_session_record() ? EOVERFLOW
+              : cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0 ? errno
+                                                                                               : 0;
+    }
+    if (err == 0) {
+        cc_global.record_offset = cc_global.session_record_len;
+        cc_global.fd = fd;
+        atomic_store(&cc_global.session_ended, 0);
+        return 0;
+    }
+    close(fd);
+    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    return err;
+}
+
+void cc_after_fork_in_child(void) {
+    if (!atomic_load(&cc_global.installed)) return;
+    // The inherited descriptor shares the parent's lock and offset: drop it, start a session.
+    if (cc_global.fd >= 0) close(cc_global.fd);
+    cc_global.fd = -1;
+    const char *step;
+    if (cc_open_session_file(&step) != 0) atomic_store(&cc_global.session_ended, 1);
+}

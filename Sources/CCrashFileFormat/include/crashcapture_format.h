@@ -1,0 +1,138 @@
+// The crash-file format and the names of signals, defined once for both sides: the C crash
+// path writes with these, and the Swift reader (module CrashFileFormat) reads with them.
+//
+// A crash file is a sequence of framed records, then zeros (the space reserved at install).
+// Each record is a 16-byte little-endian header (magic "CCR1", type, payload length, CRC-32
+// of type, length and payload) followed by a JSON payload.
+//
+// Everything here is a constant or a static inline function over constants: it is safe in a
+// signal handler, and including it links nothing.
+#ifndef CRASHCAPTURE_FORMAT_H
+#define CRASHCAPTURE_FORMAT_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#define CCF_RECORD_MAGIC "CCR1"
+#define CCF_RECORD_HEADER_SIZE 16
+/// The largest payload a record may declare; a larger length is damage.
+#define CCF_MAXIMUM_PAYLOAD 1048576  // 1 MiB
+/// Readers stop here; anything past it is reported, never loaded.
+#define CCF_MAXIMUM_FILE_SIZE 16777216  // 16 MiB
+#define CCF_FILE_PREFIX "crash-"
+#define CCF_FILE_EXTENSION "ccr"
+
+enum ccf_record_type {
+    CCF_RECORD_SESSION = 1,  // written at install: who this session is
+    CCF_RECORD_EVENT = 2,    // one event JSON ($AppCrashed, $AppEnd)
+    CCF_RECORD_TIMING = 3,   // handler timings, written after the fdatasync of the events
+};
+
+/// The `$lib` value of every event CrashCapture writes, from C or from Swift.
+#define CCF_LIB_NAME "CrashCapture"
+
+/// Whether a property key or event name is one the Sensors Analytics data model reserves
+/// (compared without case). `name` need not be NUL-terminated.
+static inline int ccf_is_reserved_name(const char *name, size_t length) {
+    static const char *const reserved[] = {"distinct_id", "original_id", "time",    "properties", "id",
+                                           "first_id",    "second_id",   "users",   "events",     "event",
+                                           "user_id",     "date",        "datetime"};
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
+        const char *candidate = reserved[i];
+        size_t at = 0;
+        while (at < length && candidate[at] != '\0') {
+            char c = name[at];
+            if (c >= 'A' && c <= 'Z') c = (char)(c | 0x20);
+            if (c != candidate[at]) break;
+            at++;
+        }
+        if (at == length && candidate[at] == '\0') return 1;
+    }
+    return 0;
+}
+
+/// "SIGSEGV" for SIGSEGV, NULL for a signal this table does not name.
+static inline const char *ccf_signal_name(int signo) {
+    switch (signo) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGPIPE: return "SIGPIPE";
+    default: return NULL;
+    }
+}
+
+/// The name of a siginfo si_code for a signal ("SEGV_MAPERR", "SI_USER"), or "UNKNOWN".
+static inline const char *ccf_code_name(int signo, int code) {
+    switch (code) {
+    case SI_USER: return "SI_USER";
+    case SI_KERNEL: return "SI_KERNEL";
+    case SI_QUEUE: return "SI_QUEUE";
+    case SI_TIMER: return "SI_TIMER";
+    case SI_MESGQ: return "SI_MESGQ";
+    case SI_ASYNCIO: return "SI_ASYNCIO";
+    case SI_SIGIO: return "SI_SIGIO";
+    case SI_TKILL: return "SI_TKILL";
+    default: break;
+    }
+    switch (signo) {
+    case SIGSEGV:
+        switch (code) {
+        case SEGV_MAPERR: return "SEGV_MAPERR";
+        case SEGV_ACCERR: return "SEGV_ACCERR";
+        case 3: return "SEGV_BNDERR";
+        case 4: return "SEGV_PKUERR";
+        }
+        break;
+    case SIGBUS:
+        switch (code) {
+        case BUS_ADRALN: return "BUS_ADRALN";
+        case BUS_ADRERR: return "BUS_ADRERR";
+        case BUS_OBJERR: return "BUS_OBJERR";
+        case 4: return "BUS_MCEERR_AR";
+        case 5: return "BUS_MCEERR_AO";
+        }
+        break;
+    case SIGILL:
+        switch (code) {
+        case ILL_ILLOPC: return "ILL_ILLOPC";
+        case ILL_ILLOPN: return "ILL_ILLOPN";
+        case ILL_ILLADR: return "ILL_ILLADR";
+        case ILL_ILLTRP: return "ILL_ILLTRP";
+        case ILL_PRVOPC: return "ILL_PRVOPC";
+        case ILL_PRVREG: return "ILL_PRVREG";
+        case ILL_COPROC: return "ILL_COPROC";
+        case ILL_BADSTK: return "ILL_BADSTK";
+        }
+        break;
+    case SIGFPE:
+        switch (code) {
+        case FPE_INTDIV: return "FPE_INTDIV";
+        case FPE_INTOVF: return "FPE_INTOVF";
+        case FPE_FLTDIV: return "FPE_FLTDIV";
+        case FPE_FLTOVF: return "FPE_FLTOVF";
+        case FPE_FLTUND: return "FPE_FLTUND";
+        case FPE_FLTRES: return "FPE_FLTRES";
+        case FPE_FLTINV: return "FPE_FLTINV";
+        case FPE_FLTSUB: return "FPE_FLTSUB";
+        }
+        break;
+    case SIGTRAP:
+        switch (code) {
+        case 1: return "TRAP_BRKPT";
+        case 2: return "TRAP_TRACE";
+        }
+        break;
+    }
+    return "UNKNOWN";
+}
+
+#endif

@@ -1,0 +1,191 @@
+internal import CCrashFileFormat
+internal import Foundation
+
+/// A value of an event property, as the Sensors Analytics data model allows: text, numbers,
+/// booleans and lists of text. Literals work too: `["plan": "pro", "seats": 3]`.
+public enum PropertyValue: Sendable, Equatable {
+    /// UTF-8 text of at most 8191 bytes.
+    case string(String)
+    /// A whole number.
+    case int(Int)
+    /// A finite number.
+    case double(Double)
+    /// True or false.
+    case bool(Bool)
+    /// A list of at most 500 texts, each at most 8191 bytes.
+    case strings([String])
+}
+
+extension PropertyValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral
+{
+    /// `"text"` is `.string("text")`.
+    public init(stringLiteral value: String) { self = .string(value) }
+    /// `3` is `.int(3)`.
+    public init(integerLiteral value: Int) { self = .int(value) }
+    /// `1.5` is `.double(1.5)`.
+    public init(floatLiteral value: Double) { self = .double(value) }
+    /// `true` is `.bool(true)`.
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// `["a", "b"]` is `.strings(["a", "b"])`.
+    public init(arrayLiteral elements: String...) { self = .strings(elements) }
+}
+
+/// The naming and size rules shared by static properties and tracked events.
+package enum PropertyRules {
+    package static let maximumKeyLength = 100
+    package static let maximumStringBytes = 8191
+    package static let maximumListCount = 500
+    /// Checks a property key or an event name: `[A-Za-z_$][A-Za-z0-9_$]*`, at most 100 bytes, not a
+    /// reserved name; `$` starts only the SDK's own preset names.
+    package static func validateName(_ name: String, kind: String, allowDollar: Bool = false) throws {
+        guard !name.isEmpty, name.utf8.count <= maximumKeyLength else {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" must be 1 to \(maximumKeyLength) bytes")
+        }
+        if name.hasPrefix("$") && !allowDollar {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\": names starting with $ are reserved")
+        }
+        for (index, byte) in name.utf8.enumerated() {
+            let letter = (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a) || byte == 0x5f
+            let digit = byte >= 0x30 && byte <= 0x39
+            let dollar = byte == 0x24 && allowDollar
+            guard letter || dollar || (digit && index > 0) else {
+                throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" must match [A-Za-z_][A-Za-z0-9_]*")
+            }
+        }
+        if isReserved(name) {
+            throw CrashCaptureError.invalidArgument("\(kind) \"\(name)\" is a reserved name")
+        }
+    }
+
+    /// Case-insensitive, without allocating: track() runs this on the caller's thread. The list
+    /// is the one the C install checks static properties against (crashcapture_format.h).
+    static func isReserved(_ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { ccf_is_reserved_name($0.baseAddress, $0.count) != 0 }
+        }
+    }
+
+    package static func validate(_ properties: [String: PropertyValue]) throws {
+        for (key, value) in properties {
+            try validateName(key, kind: "property key")
+            switch value {
+            case .string(let text):
+                try validateText(text, key: key)
+            case .strings(let list):
+                guard list.count <= maximumListCount else {
+                    throw CrashCaptureError.invalidArgument(
+                        "property \"\(key)\" has \(list.count) items; at most \(maximumListCount)")
+                }
+                for text in list { try validateText(text, key: key) }
+            case .double(let number):
+                guard number.isFinite else {
+                    throw CrashCaptureError.invalidArgument("property \"\(key)\" is not a finite number")
+                }
+            case .int, .bool:
+                break
+            }
+        }
+    }
+
+    private static func validateText(_ text: String, key: String) throws {
+        guard text.utf8.count <= maximumStringBytes else {
+            throw CrashCaptureError.invalidArgument(
+                "property \"\(key)\" is \(text.utf8.count) bytes; at most \(maximumStringBytes)")
+        }
+    }
+}
+
+package enum JSONText {
+    package static func quoted(_ text: String) -> String {
+        // Byte by byte over UTF-8: multi-byte sequences pass through untouched, and only the
+        // characters JSON forbids in strings are escaped.
+        let hex = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(text.utf8.count + 16)
+        out.append(0x22)
+        for byte in text.utf8 {
+            switch byte {
+            case 0x22: out += [0x5c, 0x22]
+            case 0x5c: out += [0x5c, 0x5c]
+            case 0x0a: out += [0x5c, 0x6e]
+            case 0x0d: out += [0x5c, 0x72]
+            case 0x09: out += [0x5c, 0x74]
+            case 0..<0x20, 0x7f:
+                out += [0x5c, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+            default: out.append(byte)
+            }
+        }
+        out.append(0x22)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Object members without braces, keys sorted so the output is stable.
+    static func members(_ properties: [String: PropertyValue]) -> String {
+        var json = ""
+        for (index, key) in properties.keys.sorted().enumerated() {
+            if index > 0 { json += "," }
+            appendQuoted(key, to: &json)
+            json += ":"
+            appendValue(properties[key]!, to: &json)
+        }
+        return json
+    }
+}
+
+extension JSONText {
+    /// Writes a tree as JSONSerialization parses it (String, NSNumber, NSNull, arrays,
+    /// dictionaries) or as Swift builds it (Bool, Int, UInt64, Double). Foundation's own
+    /// writer was four fifths of the time of a replay.
+    static func write(_ value: Any, to out: inout String) {
+        // Containers and strings first: trying `as NSNumber` on a dictionary would bridge the
+        // whole tree to NSDictionary just to fail.
+        if let text = value as? String {
+            appendQuoted(text, to: &out)
+        } else if let object = value as? [String: Any] {
+            out += "{"
+            var first = true
+            for (key, element) in object {
+                if !first { out += "," }
+                first = false
+                appendQuoted(key, to: &out)
+                out += ":"
+                write(element, to: &out)
+            }
+            out += "}"
+        } else if let list = value as? [Any] {
+            out += "["
+            for (index, element) in list.enumerated() {
+                if index > 0 { out += "," }
+                write(element, to: &out)
+            }
+            out += "]"
+        } else if type(of: value) == Bool.self, let flag = value as? Bool {
+            out += flag ? "true" : "false"
+        } else if type(of: value) == Int.self, let number = value as? Int {
+            out += String(number)
+        } else if type(of: value) == UInt64.self, let number = value as? UInt64 {
+            out += String(number)
+        } else if type(of: value) == Double.self, let number = value as? Double {
+            out += number.isFinite ? "\(number)" : "null"
+        } else if let number = value as? NSNumber {
+            switch UInt8(bitPattern: number.objCType.pointee) {
+            case UInt8(ascii: "c"), UInt8(ascii: "B"): out += number.boolValue ? "true" : "false"
+            case UInt8(ascii: "d"), UInt8(ascii: "f"):
+                out += number.doubleValue.isFinite ? "\(number.doubleValue)" : "null"
+            case UInt8(ascii: "Q"), UInt8(ascii: "L"), UInt8(ascii: "I"): out += String(number.uint64Value)
+            default: out += String(number.int64Value)
+            }
+        } else {
+            out += "null"
+        }
+    }
+
+    static func serialize(_ value: Any) -> String {
+        var out = ""
+        out.reserveCapacity(4096)
+        write(value, to: &out)
+        return out
+    }
+}

@@ -1,0 +1,365 @@
+internal import CCrashCapture
+internal import CrashFileFormat
+public import Foundation
+internal import Logging
+
+#if canImport(Glibc)
+    internal import Glibc
+#endif
+
+/// Crash capture for this process: install once, early.
+///
+/// ```swift
+/// try CrashCapture.install(.init(directory: "/var/lib/myapp/crashes", appName: "myapp", appVersion: "1.4.2"))
+/// ```
+///
+/// From then on a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE or SIGTRAP (a Swift trap, an
+/// uncaught C++ exception) leaves a checksummed, fdatasync'ed crash report in the directory,
+/// and the process still dies of the same signal. The next install in that directory replays
+/// it into the event store, and the uploader sends it with the app's own events.
+public enum CrashCapture: Sendable {
+    /// What `install` needs: where reports and events live, who the app is, where events go.
+    public struct Configuration: Sendable {
+        /// Where crash files, the distinct id and the event store live. Created 0700 if missing.
+        public var directory: String
+        /// `$app_name` of every event.
+        public var appName: String
+        /// `$app_version` of every event.
+        public var appVersion: String
+        /// nil: a random id persisted in the directory.
+        public var distinctID: String?
+        /// Added to every event of this process. Keys may not start with `$`.
+        public var staticProperties: [String: PropertyValue]
+        /// Disk space reserved at install for the crash report; 0 for the default (256 KiB).
+        public var reservedBytes: Int
+        /// Where events are sent. `CRASHCAPTURE_SERVER_URL` in the environment wins over this;
+        /// with neither, events stay in the store.
+        public var serverURL: URL?
+        /// When and how stored events are sent.
+        public var upload: UploadOptions
+        /// The cap on cached events; the oldest are dropped (and counted) beyond it.
+        public var storeLimits: StoreLimits
+        /// nil: `<directory>/events.sqlite`.
+        public var eventStorePath: String?
+        /// $AppStart at install and $AppEnd at exit, SIGTERM and SIGINT.
+        public var trackLifecycle: Bool
+
+        /// A configuration with the defaults for everything but where and who.
+        public init(
+            directory: String, appName: String, appVersion: String, distinctID: String? = nil,
+            staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
+            upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
+            eventStorePath: String? = nil, trackLifecycle: Bool = true
+        ) {
+            self.directory = directory
+            self.appName = appName
+            self.appVersion = appVersion
+            self.distinctID = distinctID
+            self.staticProperties = staticProperties
+            self.reservedBytes = reservedBytes
+            self.serverURL = serverURL
+            self.upload = upload
+            self.storeLimits = storeLimits
+            self.eventStorePath = eventStorePath
+            self.trackLifecycle = trackLifecycle
+        }
+    }
+
+    /// How many events the store keeps before it drops the oldest.
+    public struct StoreLimits: Sendable {
+        /// Events cached at most.
+        public var maximumEvents: Int
+        /// Bytes of event text cached at most.
+        public var maximumBytes: Int
+        /// The defaults: 100,000 events and 64 MiB.
+        public init(maximumEvents: Int = 100_000, maximumBytes: Int = 64 << 20) {
+            self.maximumEvents = maximumEvents
+            self.maximumBytes = maximumBytes
+        }
+    }
+
+    /// The library's version, as `$lib_version` of every event carries it.
+    public static let version = CRASHCAPTURE_VERSION
+
+    /// Installs the crash handlers, opens the event store, tracks $AppStart and starts the
+    /// uploader. A second call while installed does nothing.
+    public static func install(_ configuration: Configuration) throws {
+        try state.withLock {
+            if state.pipeline != nil && isInstalled { return }
+            try installCrashPath(configuration)
+            do {
+                state.pipeline = try makePipeline(configuration)
+            } catch let failure as SQLiteError {
+                crashcapture_uninstall()
+                throw CrashCaptureError(
+                    .database, "the event store cannot be used (\(failure)); move it away or set eventStorePath",
+                    path: configuration.eventStorePath ?? configuration.directory + "/events.sqlite")
+            } catch {
+                crashcapture_uninstall()
+                throw error
+            }
+        }
+    }
+
+    static func installCrashPath(_ configuration: Configuration) throws {
+        try PropertyRules.validate(configuration.staticProperties)
+        guard configuration.reservedBytes >= 0 else {
+            throw CrashCaptureError.invalidArgument("reservedBytes must not be negative")
+        }
+        let members = JSONText.members(configuration.staticProperties)
+        let status = configuration.directory.withCString { directory in
+            configuration.appName.withCString { appName in
+                configuration.appVersion.withCString { appVersion in
+                    members.withCString { members in
+                        withOptionalCString(configuration.distinctID) { distinctID in
+                            var config = crashcapture_config()
+                            config.directory = directory
+                            config.app_name = appName
+                            config.app_version = appVersion
+                            config.distinct_id = distinctID
+                            config.prevalidated_properties_json = members
+                            config.reserved_bytes = configuration.reservedBytes
+                            return crashcapture_install(&config)
+                        }
+                    }
+                }
+            }
+        }
+        guard status == 0 else {
+            throw CrashCaptureError(
+                .installFailed, String(cString: crashcapture_last_error()), path: configuration.directory)
+        }
+    }
+
+    /// Restores the handlers that were there before, unless someone replaced ours since, and
+    /// removes this session's crash file. Events already tracked are written to the store first.
+    public static func uninstall() {
+        state.withLock {
+            state.pipeline?.flushToStore()
+            state.pipeline = nil
+            crashcapture_uninstall()
+        }
+    }
+
+    /// Tracks one of the app's own events. Names and keys: `[A-Za-z_][A-Za-z0-9_]*`, at most 100
+    /// bytes, no `$` prefix (reserved for presets), no reserved name; text values at most 8191
+    /// bytes. Never blocks on disk or network: the event is written by a background writer.
+    public static func track(_ event: String, properties: [String: PropertyValue] = [:]) throws {
+        try PropertyRules.validateName(event, kind: "event name")
+        try PropertyRules.validate(properties)
+        guard let pipeline = state.current else { throw CrashCaptureError.notInstalled }
+        pipeline.enqueue(
+            PendingEvent(name: event, properties: properties, timeMilliseconds: wallMilliseconds(), method: "code"))
+    }
+
+    /// From now on events (crash reports included) carry this id as distinct_id; a `$SignUp`
+    /// event links it to the anonymous id. Kept across restarts until `logout()`.
+    public static func login(_ loginID: String) throws {
+        guard let pipeline = state.current, let directory = state.directory else {
+            throw CrashCaptureError.notInstalled
+        }
+        let anonymous = state.anonymousID ?? ""
+        guard loginID != pipeline.currentLoginID else { return }
+        guard crashcapture_set_distinct_id(loginID) == 0 else {
+            throw CrashCaptureError.invalidArgument(
+                "login id must be 1 to 255 printable bytes without quotes or backslashes")
+        }
+        pipeline.setLoginID(loginID, distinctID: loginID)
+        try? Data(loginID.utf8).write(to: URL(fileURLWithPath: directory + "/login_id"), options: .atomic)
+        pipeline.enqueue(
+            PendingEvent(
+                name: "$SignUp", properties: [:], timeMilliseconds: wallMilliseconds(), method: "code",
+                extra: "\"$original_id\":" + JSONText.quoted(anonymous)))
+    }
+
+    /// Back to the anonymous distinct id. Does nothing when not installed.
+    public static func logout() {
+        guard let pipeline = state.current, let directory = state.directory else { return }
+        let anonymous = state.anonymousID ?? ""
+        pipeline.setLoginID(nil, distinctID: anonymous)
+        _ = crashcapture_set_distinct_id(anonymous)
+        try? FileManager.default.removeItem(atPath: directory + "/login_id")
+    }
+
+    /// Writes every tracked event to the store and, if an endpoint is set, uploads what is cached.
+    public static func flush(timeout: Double = 10) {
+        guard let pipeline = state.current else { return }
+        pipeline.flushToStore()
+        pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
+    }
+
+    /// Events track() dropped because more than a million were waiting for the writer (it never
+    /// blocks the caller instead).
+    public static var droppedBeforeStore: Int { state.current?.droppedBeforeStore ?? 0 }
+
+    /// The event store of the installed session, for the package's tools and tests.
+    package static var eventStore: EventStore? { state.current?.store }
+    package static var uploader: Uploader? { state.current?.uploader }
+
+    /// Whether the crash handlers are in place.
+    public static var isInstalled: Bool { crashcapture_is_installed() != 0 }
+
+    /// Whether this build can send events: false when the package trait `HTTPUpload` was
+    /// turned off, and events then wait in the store for `crashcap upload`.
+    public static var canUpload: Bool { Uploader.canUpload }
+
+    /// Gives the calling thread an alternate signal stack so that a stack overflow on it is
+    /// captured. Threads created after install get one automatically.
+    public static func installAlternateStackForCurrentThread() throws {
+        guard crashcapture_install_thread_stack() == 0 else {
+            throw CrashCaptureError.system("cannot set up an alternate signal stack for this thread")
+        }
+    }
+
+    /// Re-reads the loaded modules. Optional: modules loaded later are also found at crash time.
+    public static func refreshModules() {
+        _ = crashcapture_refresh_modules()
+    }
+
+    /// This session's crash file, or nil when not installed.
+    public static var crashFilePath: String? { crashcapture_crash_file_path().map { String(cString: $0) } }
+    /// This session's id (32 hex digits), or nil when not installed.
+    public static var sessionID: String? { crashcapture_session_id().map { String(cString: $0) } }
+    /// The distinct id events carry now (the login id after `login`), or nil when not installed.
+    public static var distinctID: String? { crashcapture_distinct_id().map { String(cString: $0) } }
+    /// Whether stacks come from libunwind; without it they are walked through frame pointers.
+    public static var hasLibunwind: Bool { crashcapture_has_libunwind() != 0 }
+}
+
+extension CrashCapture {
+    /// Process-wide state behind one lock. `@unchecked`: every stored property is read and
+    /// written only inside `withLock`.
+    final class State: @unchecked Sendable {
+        private let lock = NSRecursiveLock()
+        var pipeline: EventPipeline?
+        var directory: String?
+        var anonymousID: String?
+        var terminationSource: DispatchSourceRead?
+
+        func withLock<T>(_ body: () throws -> T) rethrows -> T {
+            lock.lock()
+            defer { lock.unlock() }
+            return try body()
+        }
+
+        var current: EventPipeline? { withLock { pipeline } }
+    }
+
+    static let state = State()
+
+    static func wallMilliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    static func monotonicNanoseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
+    static func makePipeline(_ configuration: Configuration) throws -> EventPipeline {
+        let directory = configuration.directory
+        // The full integrity read waits for the writer queue (below): not on the caller's thread.
+        let store = try EventStore(
+            path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits,
+            verifyNow: false)
+        if let notice = store.movedAsideNotice { logger.warning("\(notice)") }
+        var endpoint = configuration.serverURL
+        if let fromEnvironment = ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
+            !fromEnvironment.isEmpty
+        {
+            guard let url = URL(string: fromEnvironment) else {
+                throw CrashCaptureError.invalidArgument(
+                    "CRASHCAPTURE_SERVER_URL is not a URL: \(fromEnvironment); set it to an http(s) URL or unset it")
+            }
+            endpoint = url
+        }
+        if let unsent = endpoint, !Uploader.canUpload {
+            // Capture matters more than upload: install goes on, and the events wait in the store.
+            logger.warning(
+                "built without HTTP upload; events stay in the store",
+                metadata: ["endpoint": "\(Uploader.redacted(unsent))"])
+            endpoint = nil
+        }
+        let uploader = try endpoint.map { try Uploader(endpoint: $0, store: store, options: configuration.upload) }
+        let identity = EventPipeline.Identity(
+            sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,
+            staticProperties: String(cString: crashcapture_static_properties_json()),
+            distinctID: String(cString: crashcapture_distinct_id()))
+        let pipeline = EventPipeline(store: store, identity: identity, uploader: uploader)
+        state.directory = directory
+        state.anonymousID = String(cString: crashcapture_distinct_id())
+        if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
+            crashcapture_set_distinct_id(saved) == 0
+        {
+            pipeline.setLoginID(saved, distinctID: saved)
+        }
+        // First on the writer queue: the integrity check, then crash files of earlier sessions,
+        // so that the store keeps the order events happened in.
+        let replayer = CrashReplayer(directory: directory, store: store)
+        pipeline.onWriter {
+            if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {
+                logger.warning("\(notice)")
+            }
+            try? store.pruneContexts()
+            let summary = replayer.replayAll()
+            for file in summary.files where file.outcome == .damaged {
+                logger.error(
+                    "damaged crash file set aside",
+                    metadata: ["file": "\(file.path)", "moved_to": "\(file.movedTo ?? "left in place")"])
+            }
+        }
+        if configuration.trackLifecycle {
+            pipeline.enqueue(
+                PendingEvent(
+                    name: "$AppStart", properties: [:], timeMilliseconds: crashcapture_start_wall_ms(),
+                    method: "autoTrack", eventID: identity.sessionID + "-start",
+                    extra: "\"$resume_from_background\":false"))
+            registerLifecycleHooks(exitFlushTimeout: configuration.upload.exitFlushTimeout)
+        }
+        uploader?.start()
+        uploader?.requestFlush()
+        return pipeline
+    }
+
+    private static let hooksRegistered = Box(false)
+
+    static func registerLifecycleHooks(exitFlushTimeout: Double) {
+        exitTimeout.value = exitFlushTimeout
+        if !hooksRegistered.value {
+            hooksRegistered.value = true
+            atexit {
+                CrashCapture.state.current?.end(reason: "exit", uploadDeadline: CrashCapture.exitTimeout.value)
+            }
+        }
+        let fd = crashcapture_watch_termination()
+        guard fd >= 0, state.terminationSource == nil else { return }
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue.global())
+        source.setEventHandler {
+            var signal: UInt8 = 0
+            guard read(fd, &signal, 1) == 1 else { return }
+            let name = signal == UInt8(SIGTERM) ? "SIGTERM" : "SIGINT"
+            CrashCapture.state.current?.end(reason: name, uploadDeadline: CrashCapture.exitTimeout.value)
+            crashcapture_finish_termination(Int32(signal))
+        }
+        source.resume()
+        state.terminationSource = source
+    }
+
+    static let exitTimeout = Box(2.0)
+
+    /// The library's diagnostics, through whatever logging backend the app bootstrapped.
+    static var logger: Logger { Logger(label: "crashcapture") }
+}
+
+extension CrashCaptureError {
+    static let notInstalled = CrashCaptureError(
+        .notInstalled, "CrashCapture is not installed: call CrashCapture.install first")
+}
+
+private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
+}

@@ -1,0 +1,195 @@
+package import CrashFileFormat
+package import CrashSymbolication
+internal import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Imports crash files left by earlier processes into the event store, exactly once:
+/// verify every record, symbolicate the stack, store the events (their ids are remembered,
+/// so a replay killed at any moment and run again neither loses nor duplicates), then delete
+/// the file — or move it to `damaged/` with a note saying where and why, when some of it was
+/// unreadable.
+package struct CrashReplayer: Sendable {
+    package struct FileResult: Sendable {
+        package enum Outcome: String, Sendable {
+            case imported, alreadyImported = "already imported", skippedLive = "skipped (live)"
+            case noCrash = "no crash recorded", damaged
+        }
+        package var path: String
+        package var outcome: Outcome
+        package var importedEvents = 0
+        package var problems: [CrashFileProblem] = []
+        package var movedTo: String?
+    }
+
+    package struct Summary: Sendable {
+        package var files: [FileResult] = []
+        package var importedEvents: Int { files.reduce(0) { $0 + $1.importedEvents } }
+        package func count(_ outcome: FileResult.Outcome) -> Int { files.filter { $0.outcome == outcome }.count }
+    }
+
+    package let directory: String
+    package let store: EventStore
+    package let symbolicator: Symbolicator
+    /// Keep imported files in `archive/` instead of deleting them.
+    package var archive = false
+
+    package init(directory: String, store: EventStore, symbolicator: Symbolicator = Symbolicator()) {
+        self.directory = directory
+        self.store = store
+        self.symbolicator = symbolicator
+    }
+
+    /// Crash files waiting in the directory, oldest name first.
+    package func pendingFiles() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map { directory + "/" + $0 }
+    }
+
+    package func replayAll(progress: ((Int, Int) -> Void)? = nil) -> Summary {
+        var summary = Summary()
+        let files = pendingFiles()
+        for (index, file) in files.enumerated() {
+            summary.files.append(replay(file))
+            progress?(index + 1, files.count)
+        }
+        return summary
+    }
+
+    package func replay(_ path: String) -> FileResult {
+        var result = FileResult(path: path, outcome: .imported)
+        // One descriptor, locked for the whole import: a named crash file still locked belongs to
+        // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let file = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
+        defer { withExtendedLifetime(file) {} }
+        let contents: CrashFileContents
+        do {
+            guard let file else {
+                throw CrashCaptureError.system("cannot open the crash file", path: path)
+            }
+            if flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK {
+                result.outcome = .skippedLive
+                return result
+            }
+            contents = try CrashFileReader.read(file)
+        } catch {
+            result.outcome = .damaged
+            result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
+            result.movedTo = moveAside(path, problems: result.problems)
+            return result
+        }
+        let report = CrashReport(path: path, contents: contents)
+        result.problems = report.problems
+        if contents.records.isEmpty && contents.problems.isEmpty {
+            result.problems.append(
+                CrashFileProblem(
+                    offset: 0, reason: "no records at all: an empty or zero-filled file, not a crash report"))
+        }
+        var rows: [(id: String, payload: String)] = []
+        for event in report.events {
+            guard let id = event["event_id"] as? String, !id.isEmpty else {
+                result.problems.append(CrashFileProblem(offset: 0, reason: "an event without event_id was skipped"))
+                continue
+            }
+            var event = event
+            if event["event"] as? String == "$AppCrashed" { event = enrich(event, report: report) }
+            rows.append((id, JSONText.serialize(event)))
+        }
+        do {
+            let inserted = try store.insert(rows, rememberIDs: true)
+            result.importedEvents = inserted.inserted
+            if rows.isEmpty {
+                result.outcome = result.problems.isEmpty ? .noCrash : .damaged
+            } else if inserted.inserted == 0 {
+                result.outcome = .alreadyImported
+            }
+        } catch {
+            // The store could not take them: leave the file where it is for the next replay.
+            result.outcome = .damaged
+            result.problems.append(CrashFileProblem(offset: 0, reason: "event store: \(error)"))
+            return result
+        }
+        if !result.problems.isEmpty {
+            result.outcome = rows.isEmpty ? .damaged : result.outcome
+            result.movedTo = moveAside(path, problems: result.problems)
+        } else if archive {
+            result.movedTo = move(path, into: "archive")
+        } else {
+            unlink(path)
+        }
+        return result
+    }
+
+    /// Symbolicated frames into the event: names on each frame, and a readable reason.
+    func enrich(_ event: [String: Any], report: CrashReport) -> [String: Any] {
+        var event = event
+        let symbols = symbolicator.symbolicate(report)
+        var crash = event["crash"] as? [String: Any] ?? [:]
+        var frames = crash["frames"] as? [[String: Any]] ?? []
+        for index in frames.indices where index < symbols.count {
+            let symbol = symbols[index]
+            frames[index]["module_name"] = symbol.module
+            if let function = symbol.function { frames[index]["function"] = function }
+            if let within = symbol.offsetInFunction { frames[index]["function_offset"] = within }
+            if let note = symbol.note { frames[index]["symbol_note"] = note }
+            if let file = symbol.file { frames[index]["file"] = file }
+            if let line = symbol.line { frames[index]["line"] = line }
+        }
+        crash["frames"] = frames
+        crash["symbolicated"] = true
+        event["crash"] = crash
+        var properties = event["properties"] as? [String: Any] ?? [:]
+        if let timing = report.timing {
+            properties["crash_handler_total_ms"] = Double(timing.handlerNanoseconds) / 1e6
+            properties["crash_fdatasync_ms"] = Double(timing.fdatasyncNanoseconds) / 1e6
+        }
+        properties["app_crashed_reason"] = Self.reason(report: report, symbols: symbols)
+        if let type = report.exceptionType {
+            properties["crash_exception_type_demangled"] = Demangler.demangleCxxType(type)
+        }
+        event["properties"] = properties
+        return event
+    }
+
+    /// The first lines of the handler's own text (signal, thread, message), then named frames,
+    /// cut at 16 KiB like the Sensors SDKs' app_crashed_reason.
+    static func reason(report: CrashReport, symbols: [Symbolicator.Symbol]) -> String {
+        let original = report.reason ?? ""
+        var lines = original.split(separator: "\n", omittingEmptySubsequences: false).prefix { !$0.hasPrefix("#") }
+            .map(String.init)
+        for (index, frame) in report.frames.enumerated() {
+            let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
+            var line = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
+            if let function = symbol.function {
+                line += " " + function + " + \(symbol.offsetInFunction ?? 0)"
+                if let file = symbol.file, let number = symbol.line { line += " at \(file):\(number)" }
+            } else if let offset = frame.offset {
+                line += " +0x" + String(offset, radix: 16)
+            }
+            lines.append(line)
+        }
+        var text = lines.joined(separator: "\n")
+        if text.utf8.count > 16 * 1024 {
+            text = String(decoding: Array(text.utf8.prefix(16 * 1024 - 20)), as: UTF8.self) + "\n[truncated]"
+        }
+        return text
+    }
+
+    private func move(_ path: String, into folder: String) -> String? {
+        let target = directory + "/" + folder
+        try? FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        let destination = target + "/" + (path as NSString).lastPathComponent
+        return rename(path, destination) == 0 ? destination : nil
+    }
+
+    private func moveAside(_ path: String, problems: [CrashFileProblem]) -> String? {
+        guard let destination = move(path, into: "damaged") else { return nil }
+        let note =
+            "file: \(path)\n" + problems.map { "offset \($0.offset): \($0.reason)" }.joined(separator: "\n") + "\n"
+        try? note.write(toFile: destination + ".txt", atomically: true, encoding: .utf8)
+        return destination
+    }
+}

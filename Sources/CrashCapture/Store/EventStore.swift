@@ -1,0 +1,473 @@
+internal import CSQLite
+internal import Foundation
+
+/// The on-disk event cache: one SQLite database (WAL) holding events in the order they
+/// happened, each under a unique event id, so any import or upload retried after an
+/// interruption neither duplicates nor loses an event.
+///
+/// Thread-safe, hence `@unchecked Sendable`: every operation holds `lock` around the single
+/// connection and the counters.
+package final class EventStore: @unchecked Sendable {
+    package typealias Limits = CrashCapture.StoreLimits
+
+    package struct Event: Sendable, Equatable {
+        package let sequence: Int64
+        package let eventID: String
+        package let payload: String
+    }
+
+    /// Rows handed to one upload attempt; they stay in the store until `complete`.
+    package struct Batch: Sendable {
+        package let token: Int64
+        package let events: [Event]
+    }
+
+    package struct InsertResult: Sendable, Equatable {
+        package var inserted = 0
+        package var duplicates = 0
+        package var dropped = 0
+    }
+
+    /// Application id in the SQLite header ("CCAP"): tells our database from someone else's.
+    static let applicationID: Int64 = 0x4343_4150
+    static let schemaVersion: Int64 = 2
+    /// Stands in a stored payload for the text its session's events share (the `contexts` row:
+    /// ids, library, static properties): most of every event's bytes, so each session stores
+    /// them once. A raw 0x01 cannot occur in our JSON, where control characters are always escaped.
+    package static let contextMarker = "\u{1}"
+    /// Every read gives the payload back whole.
+    static let payloadColumn =
+        "CASE WHEN context = 0 THEN payload ELSE replace(payload, char(1), (SELECT text FROM contexts WHERE id = context)) END"
+
+    package let path: String
+    package let limits: Limits
+    /// Set when the file found at `path` was damaged or not ours and was renamed, not deleted.
+    package private(set) var movedAside: (path: String, reason: String)?
+
+    private var connection: SQLiteConnection!
+    private let lock = NSLock()
+    private var eventCount = 0
+    private var eventBytes = 0
+    private var nextToken: Int64 = 1
+    private var insertStatement: SQLiteStatement!
+    private var rememberStatement: SQLiteStatement!
+    private var seenStatement: SQLiteStatement!
+
+    /// `verifyNow`: read the whole file for damage before returning (SQLite's quick_check,
+    /// tens of ms for a full store). The SDK passes false and calls `checkIntegrity()` on its
+    /// writer queue instead, off the installing thread; damage that shows at open (not a
+    /// database, not ours) is always caught here.
+    package init(path: String, limits: Limits = Limits(), verifyNow: Bool = true) throws {
+        guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
+            throw CrashCaptureError.invalidArgument("event store limits must be positive")
+        }
+        self.path = path
+        self.limits = limits
+        do {
+            connection = try Self.openChecked(path, verify: verifyNow)
+        } catch let problem as StoreProblem {
+            try startOver(problem)
+            return
+        }
+        try load()
+    }
+
+    /// Reads the whole file for damage; a damaged store is moved aside and a new one started.
+    /// Returns whether that happened (`movedAside` then says where to, and why).
+    @discardableResult
+    package func checkIntegrity() throws -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        let result: String
+        do {
+            result = try connection.scalarText("PRAGMA quick_check(1)")
+        } catch let error as SQLiteError where error.isCorruption {
+            result = error.message
+        }
+        guard result != "ok" else { return false }
+        try startOver(StoreProblem(reason: "damaged: \(result)"))
+        return true
+    }
+
+    /// A one-line account of a store that was moved aside, for the operator.
+    package var movedAsideNotice: String? {
+        movedAside.map { "the event store \(path) was \($0.reason); it was moved to \($0.path)" }
+    }
+
+    private func startOver(_ problem: StoreProblem) throws {
+        // Statements and the connection go first, so the file is closed before it is renamed.
+        insertStatement = nil
+        rememberStatement = nil
+        seenStatement = nil
+        statements = [:]
+        connection = nil
+        let aside = try Self.moveAside(path)
+        movedAside = (aside, problem.reason)
+        connection = try Self.openChecked(path, verify: false)
+        try load()
+    }
+
+    private func load() throws {
+        contextIDs = [:]
+        try prepareStatements()
+        try readTotals()
+        // Rows a dead process was uploading go back in line; the collector de-duplicates.
+        try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight != 0")
+    }
+
+    /// The count and size of the stored events, kept in `meta` by every change (in the same
+    /// transaction), so that opening a full store does not read every row to add them up.
+    private func readTotals() throws {
+        let totals = try connection.prepare("SELECT key, value FROM meta WHERE key IN ('count', 'bytes')")
+        var found: [String: Int] = [:]
+        while try totals.step() { found[totals.text(0)] = Int(totals.int64(1)) }
+        totals.reset()
+        if let count = found["count"], let bytes = found["bytes"] {
+            eventCount = count
+            eventBytes = bytes
+            return
+        }
+        let scan = try connection.prepare("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events")
+        if try scan.step() {
+            eventCount = Int(scan.int64(0))
+            eventBytes = Int(scan.int64(1))
+        }
+        scan.reset()
+        try saveTotals()
+    }
+
+    private func saveTotals() throws {
+        let save = try statement("INSERT OR REPLACE INTO meta(key, value) VALUES ('count', ?), ('bytes', ?)")
+        try save.bind(1, Int64(eventCount))
+        try save.bind(2, Int64(eventBytes))
+        _ = try save.step()
+    }
+
+    /// The statements an upload runs for every batch, prepared once; reset and ready to bind.
+    private var statements: [String: SQLiteStatement] = [:]
+
+    private func statement(_ sql: String) throws -> SQLiteStatement {
+        if let known = statements[sql] {
+            known.reset()
+            return known
+        }
+        let prepared = try connection.prepare(sql)
+        statements[sql] = prepared
+        return prepared
+    }
+
+    /// One transaction that changes the events: the totals are saved with it, and restored
+    /// from the store if it is rolled back.
+    private func change<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try connection.transaction {
+                let result = try body()
+                try saveTotals()
+                return result
+            }
+        } catch {
+            try? readTotals()
+            throw error
+        }
+    }
+
+    private struct StoreProblem: Error {
+        let reason: String
+    }
+
+    private static func openChecked(_ path: String, verify: Bool) throws -> SQLiteConnection {
+        let connection: SQLiteConnection
+        do {
+            connection = try SQLiteConnection(path: path)
+            let application = try connection.scalarInt("PRAGMA application_id")
+            let tables = try connection.scalarInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+            if application != applicationID && tables > 0 {
+                throw StoreProblem(reason: "not a CrashCapture event store (application id \(application))")
+            }
+            if verify {
+                let check = try connection.scalarText("PRAGMA quick_check(1)")
+                if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
+            }
+            _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
+            try connection.execute("PRAGMA synchronous = NORMAL")
+            // After a burst the WAL file shrinks back instead of keeping its largest size.
+            try connection.execute("PRAGMA journal_size_limit = 16777216")
+            try connection.execute(
+                """
+                PRAGMA application_id = \(applicationID);
+                CREATE TABLE IF NOT EXISTS events(
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    event_id TEXT NOT NULL UNIQUE,
+                    payload TEXT NOT NULL,
+                    bytes INTEGER NOT NULL,
+                    in_flight INTEGER NOT NULL DEFAULT 0,
+                    context INTEGER NOT NULL DEFAULT 0);
+                CREATE INDEX IF NOT EXISTS events_in_flight ON events(seq) WHERE in_flight != 0;
+                CREATE TABLE IF NOT EXISTS contexts(id INTEGER PRIMARY KEY, text TEXT NOT NULL UNIQUE);
+                CREATE TABLE IF NOT EXISTS rejected_events(
+                    event_id TEXT PRIMARY KEY,
+                    payload TEXT NOT NULL,
+                    status INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    rejected_ms INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS imported_ids(event_id TEXT PRIMARY KEY) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
+                """)
+        } catch let error as SQLiteError where error.isCorruption {
+            throw StoreProblem(reason: "not a SQLite database or damaged (\(error.message))")
+        }
+        return connection
+    }
+
+    private static func moveAside(_ path: String) throws -> String {
+        let stamp = Int64(Date().timeIntervalSince1970 * 1000)
+        let aside = "\(path).corrupt-\(stamp)"
+        guard rename(path, aside) == 0 else {
+            throw CrashCaptureError.system("cannot move the damaged event store aside; remove it by hand", path: path)
+        }
+        for suffix in ["-wal", "-shm"] { _ = rename(path + suffix, aside + suffix) }
+        return aside
+    }
+
+    private func prepareStatements() throws {
+        insertStatement = try connection.prepare(
+            "INSERT OR IGNORE INTO events(event_id, payload, bytes, context) VALUES (?, ?, ?, ?)")
+        rememberStatement = try connection.prepare("INSERT OR IGNORE INTO imported_ids(event_id) VALUES (?)")
+        seenStatement = try connection.prepare("SELECT 1 FROM imported_ids WHERE event_id = ?")
+    }
+
+    /// Appends events in the given order in one transaction. An event id already present (or,
+    /// with `rememberIDs`, ever imported before) is skipped and counted as a duplicate.
+    /// `context`: the text that `contextMarker` stands for in these payloads (stored once).
+    @discardableResult
+    package func insert(
+        _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil
+    ) throws -> InsertResult {
+        lock.lock()
+        defer { lock.unlock() }
+        var result = InsertResult()
+        try change {
+            let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
+            for event in events {
+                if rememberIDs {
+                    seenStatement.reset()
+                    try seenStatement.bind(1, event.id)
+                    let seen = try seenStatement.step()
+                    seenStatement.reset()
+                    if seen {
+                        result.duplicates += 1
+                        continue
+                    }
+                    rememberStatement.reset()
+                    try rememberStatement.bind(1, event.id)
+                    try rememberStatement.step()
+                }
+                insertStatement.reset()
+                try insertStatement.bind(1, event.id)
+                try insertStatement.bind(2, event.payload)
+                try insertStatement.bind(3, Int64(event.payload.utf8.count))
+                try insertStatement.bind(4, contextRow)
+                try insertStatement.step()
+                if connection.changes == 1 {
+                    result.inserted += 1
+                    eventCount += 1
+                    eventBytes += event.payload.utf8.count
+                } else {
+                    result.duplicates += 1
+                }
+            }
+            result.dropped = try enforceLimits()
+        }
+        return result
+    }
+
+    private var contextIDs: [String: Int64] = [:]
+
+    private func contextID(for text: String) throws -> Int64 {
+        if let known = contextIDs[text] { return known }
+        let insert = try connection.prepare("INSERT OR IGNORE INTO contexts(text) VALUES (?)")
+        try insert.bind(1, text)
+        try insert.step()
+        let select = try connection.prepare("SELECT id FROM contexts WHERE text = ?")
+        try select.bind(1, text)
+        defer { select.reset() }
+        guard try select.step() else {
+            throw CrashCaptureError(.database, "cannot record the event context", path: path)
+        }
+        contextIDs[text] = select.int64(0)
+        return select.int64(0)
+    }
+
+    /// Forgets shared texts that no stored event refers to any more (each session and each login
+    /// leaves one behind). Reads every row, so the SDK calls it on its writer queue.
+    package func pruneContexts() throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try connection.execute("DELETE FROM contexts WHERE id NOT IN (SELECT context FROM events)")
+        contextIDs.removeAll()
+    }
+
+    /// Drops the oldest events (never ones in flight) until both limits hold again.
+    private func enforceLimits() throws -> Int {
+        guard eventCount > limits.maximumEvents || eventBytes > limits.maximumBytes else { return 0 }
+        let oldest = try connection.prepare("SELECT seq, bytes FROM events WHERE in_flight = 0 ORDER BY seq")
+        var cutoff: Int64 = -1
+        var dropped = 0
+        var count = eventCount
+        var bytes = eventBytes
+        while count > limits.maximumEvents || bytes > limits.maximumBytes, try oldest.step() {
+            cutoff = oldest.int64(0)
+            bytes -= Int(oldest.int64(1))
+            count -= 1
+            dropped += 1
+        }
+        oldest.reset()
+        guard dropped > 0 else { return 0 }
+        try connection.execute("DELETE FROM events WHERE in_flight = 0 AND seq <= \(cutoff)")
+        try connection.execute("UPDATE meta SET value = value + \(dropped) WHERE key = 'dropped'")
+        eventCount = count
+        eventBytes = bytes
+        return dropped
+    }
+
+    /// The oldest events not yet in flight, marked as in flight under a new token.
+    package func claimBatch(limit: Int) throws -> Batch? {
+        lock.lock()
+        defer { lock.unlock() }
+        return try claim(limit: limit)
+    }
+
+    /// `done` was accepted: its events leave the store; and the next batch is claimed. One
+    /// transaction for both, because an upload does this for every batch.
+    package func completeAndClaim(_ done: Batch?, limit: Int) throws -> Batch? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let done else { return try claim(limit: limit) }
+        return try change {
+            try remove(done)
+            return try claim(limit: limit)
+        }
+    }
+
+    private func claim(limit: Int) throws -> Batch? {
+        let select = try statement(
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE in_flight = 0 ORDER BY seq LIMIT ?")
+        defer { select.reset() }
+        try select.bind(1, Int64(max(1, limit)))
+        var events: [Event] = []
+        while try select.step() {
+            events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+        }
+        guard let first = events.first, let last = events.last else { return nil }
+        let token = nextToken
+        nextToken += 1
+        let mark = try statement("UPDATE events SET in_flight = ? WHERE in_flight = 0 AND seq BETWEEN ? AND ?")
+        try mark.bind(1, token)
+        try mark.bind(2, first.sequence)
+        try mark.bind(3, last.sequence)
+        _ = try mark.step()
+        return Batch(token: token, events: events)
+    }
+
+    /// Binds a batch's place to a statement that ends in `batchClause`: its sequence range (the
+    /// primary key) and its token, so no operation on a batch scans the table.
+    private static let batchClause = "seq BETWEEN ? AND ? AND in_flight = ?"
+
+    private func bind(_ batch: Batch, to statement: SQLiteStatement, from index: Int32) throws {
+        try statement.bind(index, batch.events.first?.sequence ?? 0)
+        try statement.bind(index + 1, batch.events.last?.sequence ?? -1)
+        try statement.bind(index + 2, batch.token)
+    }
+
+    /// Takes a batch's rows out of the in-memory counts, then out of the table.
+    private func remove(_ batch: Batch) throws {
+        let removed = try statement("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(Self.batchClause)")
+        try bind(batch, to: removed, from: 1)
+        if try removed.step() {
+            eventCount -= Int(removed.int64(0))
+            eventBytes -= Int(removed.int64(1))
+        }
+        removed.reset()
+        let delete = try statement("DELETE FROM events WHERE \(Self.batchClause)")
+        try bind(batch, to: delete, from: 1)
+        _ = try delete.step()
+    }
+
+    /// The batch was accepted: its events leave the store.
+    package func complete(_ batch: Batch) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try change { try remove(batch) }
+    }
+
+    /// The attempt failed in a way worth retrying: the events go back in line, in place.
+    package func release(_ batch: Batch) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let release = try statement("UPDATE events SET in_flight = 0 WHERE \(Self.batchClause)")
+        try bind(batch, to: release, from: 1)
+        _ = try release.step()
+    }
+
+    /// The server refused the batch as malformed: keep its events aside, out of the queue,
+    /// for a person to inspect (`rejected_events`), rather than retry forever or lose them.
+    package func reject(_ batch: Batch, status: Int, reason: String) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try change {
+            let move = try connection.prepare(
+                """
+                INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
+                SELECT event_id, \(Self.payloadColumn), ?, ?, ? FROM events WHERE \(Self.batchClause)
+                """)
+            try move.bind(1, Int64(status))
+            try move.bind(2, reason)
+            try move.bind(3, now)
+            try bind(batch, to: move, from: 4)
+            try move.step()
+            try remove(batch)
+        }
+    }
+
+    /// Events in order, after a sequence number (for inspection and the collector's GET /events).
+    package func events(after sequence: Int64 = 0, limit: Int = 1000) throws -> [Event] {
+        lock.lock()
+        defer { lock.unlock() }
+        let select = try connection.prepare(
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+        try select.bind(1, sequence)
+        try select.bind(2, Int64(limit))
+        var events: [Event] = []
+        while try select.step() {
+            events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+        }
+        return events
+    }
+
+    package var count: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return eventCount
+    }
+
+    package var byteCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return eventBytes
+    }
+
+    /// Events dropped by the cap since the store was created.
+    package var droppedCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return Int((try? connection.scalarInt("SELECT value FROM meta WHERE key = 'dropped'")) ?? 0)
+    }
+
+    package var rejectedCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return Int((try? connection.scalarInt("SELECT COUNT(*) FROM rejected_events")) ?? 0)
+    }
+}

@@ -1,0 +1,130 @@
+internal import CSQLite
+internal import Foundation
+
+/// A thin, strict wrapper over one SQLite connection: every failure is an error with
+/// SQLite's own message, and statements are finalized when dropped.
+final class SQLiteConnection {
+    let handle: OpaquePointer
+    let path: String
+
+    init(path: String) throws {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let status = sqlite3_open_v2(path, &db, flags, nil)
+        guard status == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            if let db { sqlite3_close_v2(db) }
+            throw SQLiteError(code: status, message: "cannot open \(path): \(message)")
+        }
+        handle = db
+        self.path = path
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    func execute(_ sql: String) throws {
+        var error: UnsafeMutablePointer<CChar>?
+        let status = sqlite3_exec(handle, sql, nil, nil, &error)
+        if status != SQLITE_OK {
+            let message = error.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(error)
+            throw SQLiteError(code: status, message: message)
+        }
+    }
+
+    func prepare(_ sql: String) throws -> SQLiteStatement {
+        var statement: OpaquePointer?
+        let status = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
+        guard status == SQLITE_OK, let statement else { throw error(status) }
+        return SQLiteStatement(connection: self, handle: statement)
+    }
+
+    func error(_ status: Int32) -> SQLiteError {
+        SQLiteError(code: status, message: String(cString: sqlite3_errmsg(handle)))
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction: all of it lands, or none.
+    func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    func scalarInt(_ sql: String) throws -> Int64 {
+        let statement = try prepare(sql)
+        // An unfinished statement holds a read transaction open; end it before returning.
+        defer { statement.reset() }
+        guard try statement.step() else { return 0 }
+        return statement.int64(0)
+    }
+
+    func scalarText(_ sql: String) throws -> String {
+        let statement = try prepare(sql)
+        defer { statement.reset() }
+        guard try statement.step() else { return "" }
+        return statement.text(0)
+    }
+
+    var changes: Int { Int(sqlite3_changes(handle)) }
+}
+
+final class SQLiteStatement {
+    let connection: SQLiteConnection
+    let handle: OpaquePointer
+
+    init(connection: SQLiteConnection, handle: OpaquePointer) {
+        self.connection = connection
+        self.handle = handle
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    func bind(_ index: Int32, _ value: Int64) throws {
+        let status = sqlite3_bind_int64(handle, index, value)
+        if status != SQLITE_OK { throw connection.error(status) }
+    }
+
+    func bind(_ index: Int32, _ value: String) throws {
+        let status = sqlite3_bind_text(handle, index, value, -1, csqlite_transient())
+        if status != SQLITE_OK { throw connection.error(status) }
+    }
+
+    /// True while a row is available; false when done.
+    @discardableResult
+    func step() throws -> Bool {
+        let status = sqlite3_step(handle)
+        if status == SQLITE_ROW { return true }
+        if status == SQLITE_DONE { return false }
+        throw connection.error(status)
+    }
+
+    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+    func text(_ column: Int32) -> String {
+        guard let pointer = sqlite3_column_text(handle, column) else { return "" }
+        return String(cString: pointer)
+    }
+}
+
+package struct SQLiteError: Error, CustomStringConvertible {
+    package let code: Int32
+    package let message: String
+    package var description: String { "SQLite error \(code): \(message)" }
+    /// The file is not a database, or is damaged.
+    var isCorruption: Bool {
+        let primary = code & 0xff
+        return primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT
+    }
+}

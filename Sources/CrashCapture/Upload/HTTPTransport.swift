@@ -1,0 +1,88 @@
+internal import Foundation
+
+#if HTTPUpload
+    import AsyncHTTPClient
+    import NIOCore
+    import NIOHTTP1
+    import NIOPosix
+
+    /// The uploader's requests, through async-http-client.
+    enum HTTPTransport {
+        static let available = true
+
+        /// One client for every uploader in the process, on one event-loop thread of its own,
+        /// never shut down (so no uploader has to outlive its requests). Each request carries its
+        /// own deadline; a redirect is not followed (the events would go somewhere not configured).
+        private static let client: HTTPClient = {
+            var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+            configuration.connectionPool = .init(
+                idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
+            return HTTPClient(
+                eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup(numberOfThreads: 1)),
+                configuration: configuration)
+        }()
+
+        static func post(_ body: Data, to endpoint: URL, timeout: Double) -> Uploader.InFlight {
+            let done = DispatchSemaphore(value: 0)
+            let result = Box<Uploader.Outcome>(.retry("no response"))
+            let request: HTTPClient.Request
+            do {
+                request = try HTTPClient.Request(
+                    url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                    body: .data(body))
+            } catch {
+                result.value = .retry("cannot make a request to \(endpoint): \(error)")
+                return Uploader.InFlight(done: done, result: result, timeout: timeout, cancel: nil)
+            }
+            let task = client.execute(
+                request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
+            task.futureResult.whenComplete { response in
+                switch response {
+                case .success(let (status, text)): result.value = Uploader.classify(status: status, text: text)
+                case .failure(let error): result.value = .retry("network error: \(error)")
+                }
+                done.signal()
+            }
+            return Uploader.InFlight(done: done, result: result, timeout: timeout, cancel: { task.cancel() })
+        }
+    }
+
+    /// Keeps a response's status and the start of its body (for the error message), and lets
+    /// the rest go by: a server's answer never grows memory. `@unchecked`: async-http-client
+    /// calls a delegate on one event loop, one callback at a time.
+    private final class StatusAndText: HTTPClientResponseDelegate, @unchecked Sendable {
+        typealias Response = (status: Int, text: String)
+        private static let keep = 300
+        private var status = 0
+        private var start = ByteBuffer()
+
+        func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+            status = Int(head.status.code)
+            return task.eventLoop.makeSucceededVoidFuture()
+        }
+
+        func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+            var part = buffer
+            if let slice = part.readSlice(length: min(part.readableBytes, Self.keep - start.readableBytes)) {
+                start.writeImmutableBuffer(slice)
+            }
+            return task.eventLoop.makeSucceededVoidFuture()
+        }
+
+        func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
+            (status, String(decoding: start.readableBytesView, as: UTF8.self))
+        }
+    }
+#else
+    /// A build without the package trait `HTTPUpload`: no HTTP client, events stay in the store.
+    enum HTTPTransport {
+        static let available = false
+
+        static func post(_ body: Data, to endpoint: URL, timeout: Double) -> Uploader.InFlight {
+            Uploader.InFlight(
+                done: DispatchSemaphore(value: 0),
+                result: Box(.retry("this build has no HTTP client (the package trait HTTPUpload is off)")),
+                timeout: timeout, cancel: nil)
+        }
+    }
+#endif

@@ -1,0 +1,296 @@
+package import Foundation
+
+/// When and how stored events are sent.
+public struct UploadOptions: Sendable {
+    /// Flush once this many events are cached.
+    public var flushBulkSize = 100
+    /// And at least this often, in seconds.
+    public var flushInterval: Double = 15
+    /// Events per request.
+    public var batchSize = 50
+    /// Seconds one request may take before it counts as failed and is retried.
+    public var requestTimeout: Double = 10
+    /// Retries wait base × 2^(failures-1), with jitter, up to the maximum.
+    public var retryBaseDelay: Double = 1
+    /// The longest wait between retries, in seconds.
+    public var retryMaximumDelay: Double = 300
+    /// How long exit may spend on a last upload.
+    public var exitFlushTimeout: Double = 2
+    /// Plain http to a host that is not this machine is refused unless this is set.
+    public var allowInsecureHTTP = false
+
+    /// The defaults of the Sensors Analytics SDKs: flush at 100 events or every 15 s, 50 a request.
+    public init() {}
+
+    func validate() throws {
+        guard flushBulkSize > 0, batchSize > 0 else {
+            throw CrashCaptureError.invalidArgument("flushBulkSize and batchSize must be positive")
+        }
+        guard flushInterval > 0, requestTimeout > 0, retryBaseDelay > 0, retryMaximumDelay >= retryBaseDelay,
+            exitFlushTimeout >= 0
+        else { throw CrashCaptureError.invalidArgument("upload intervals and timeouts must be positive") }
+    }
+}
+
+/// Sends stored events in order, one batch at a time, in the Sensors Analytics wire format.
+/// 2xx deletes the batch; 5xx, 403, 404, 408, 429 and network errors keep it and retry with
+/// exponential backoff and jitter; any other 4xx means the server will never take this batch:
+/// its events move to the store's `rejected_events` table instead of blocking the queue.
+/// `@unchecked`: the schedule, counters and timer are behind `lock`; sending runs on `queue`.
+package final class Uploader: @unchecked Sendable {
+    package enum Outcome: Equatable, Sendable {
+        case accepted
+        case retry(String)
+        case rejected(Int, String)
+    }
+
+    package struct Statistics: Sendable {
+        package var acceptedBatches = 0
+        package var acceptedEvents = 0
+        package var failedAttempts = 0
+        package var rejectedBatches = 0
+        package var lastError: String?
+    }
+
+    package let endpoint: URL
+    package let options: UploadOptions
+    let store: EventStore
+    private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
+    private let lock = NSLock()
+    private var flushScheduled = false
+    private var failures = 0
+    private var retryAt = Date.distantPast
+    private var timer: DispatchSourceTimer?
+    private var stats = Statistics()
+
+    /// False in a build without the package trait `HTTPUpload` (no HTTP client linked in).
+    package static var canUpload: Bool { HTTPTransport.available }
+
+    package init(endpoint: URL, store: EventStore, options: UploadOptions) throws {
+        guard Self.canUpload else {
+            throw CrashCaptureError.invalidArgument(
+                "this build of CrashCapture has no HTTP client (the package trait HTTPUpload is off)")
+        }
+        try Self.validate(endpoint, allowInsecureHTTP: options.allowInsecureHTTP)
+        try options.validate()
+        self.endpoint = endpoint
+        self.store = store
+        self.options = options
+    }
+
+    deinit { timer?.cancel() }
+
+    /// https, or http only to this machine (or when explicitly allowed).
+    /// The endpoint as it may appear in output and logs: no user info, no `token` value.
+    package static func redacted(_ url: URL) -> String {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return "(a URL)" }
+        if components.user != nil || components.password != nil {
+            components.user = nil
+            components.password = nil
+        }
+        components.queryItems = components.queryItems?.map { item in
+            item.name.lowercased() == "token" ? URLQueryItem(name: item.name, value: "redacted") : item
+        }
+        return components.string ?? "(a URL)"
+    }
+
+    package static func validate(_ url: URL, allowInsecureHTTP: Bool) throws {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
+            throw CrashCaptureError.invalidArgument("server URL \(url) needs a scheme and a host")
+        }
+        switch scheme {
+        case "https": return
+        case "http":
+            let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1" || host == "[::1]"
+            if loopback || allowInsecureHTTP { return }
+            throw CrashCaptureError.invalidArgument(
+                "server URL \(url) uses plain http to another machine; use https (or set allowInsecureHTTP)")
+        default:
+            throw CrashCaptureError.invalidArgument("server URL \(url) must be http or https")
+        }
+    }
+
+    package var statistics: Statistics {
+        lock.lock()
+        defer { lock.unlock() }
+        return stats
+    }
+
+    /// Starts the periodic flush.
+    func start() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + options.flushInterval, repeating: options.flushInterval)
+        timer.setEventHandler { [weak self] in self?.flush(deadline: nil) }
+        timer.resume()
+        self.timer = timer
+    }
+
+    func noteInserted() {
+        if store.count >= options.flushBulkSize { requestFlush() }
+    }
+
+    /// Schedules one flush on the upload queue; requests while one is pending coalesce.
+    package func requestFlush() {
+        lock.lock()
+        let schedule = !flushScheduled
+        flushScheduled = true
+        lock.unlock()
+        guard schedule else { return }
+        queue.async {
+            self.lock.lock()
+            self.flushScheduled = false
+            self.lock.unlock()
+            self.flush(deadline: nil)
+        }
+    }
+
+    /// Sends everything now, on the calling thread's behalf, until done, a failure, or the deadline.
+    package func flushNow(deadline: Date) {
+        queue.sync { flush(deadline: deadline) }
+    }
+
+    private func flush(deadline: Date?) {
+        lock.lock()
+        let waiting = retryAt
+        lock.unlock()
+        // During backoff only the exit flush tries again; the scheduled retry comes later.
+        if deadline == nil && Date() < waiting { return }
+        var current = prepareNext(completing: nil)
+        // The last accepted batch, whose events leave the store in the same transaction that
+        // claims the batch after next (or at the end).
+        var accepted: EventStore.Batch?
+        defer {
+            if let accepted { try? store.complete(accepted) }
+        }
+        while let (batch, body) = current {
+            var timeout = options.requestTimeout
+            if let deadline {
+                timeout = min(timeout, deadline.timeIntervalSinceNow)
+                if timeout <= 0.05 {
+                    try? store.release(batch)
+                    return
+                }
+            }
+            // Only one request is on the wire at a time, so batches arrive in order; the local
+            // bookkeeping (finishing the last batch, claiming and encoding the next) is done
+            // while it is out.
+            let request = post(body, timeout: timeout)
+            let next = prepareNext(completing: accepted)
+            accepted = nil
+            let outcome = request.outcome()
+            lock.lock()
+            switch outcome {
+            case .accepted:
+                failures = 0
+                retryAt = .distantPast
+                stats.acceptedBatches += 1
+                stats.acceptedEvents += batch.events.count
+                lock.unlock()
+                accepted = batch
+            case .rejected(let status, let reason):
+                stats.rejectedBatches += 1
+                stats.lastError = "HTTP \(status): \(reason)"
+                lock.unlock()
+                try? store.reject(batch, status: status, reason: reason)
+            case .retry(let reason):
+                failures += 1
+                stats.failedAttempts += 1
+                stats.lastError = reason
+                let delay = Self.backoff(failures: failures, options: options)
+                retryAt = Date().addingTimeInterval(delay)
+                lock.unlock()
+                // The next batch goes back too: nothing may overtake the one that failed.
+                if let (claimed, _) = next { try? store.release(claimed) }
+                try? store.release(batch)
+                guard let deadline else {
+                    queue.asyncAfter(deadline: .now() + delay) { self.flush(deadline: nil) }
+                    return
+                }
+                // A flush with a deadline (at exit) keeps trying, with the same backoff, while time remains.
+                guard deadline.timeIntervalSinceNow > delay + 0.05 else { return }
+                Thread.sleep(forTimeInterval: delay)
+                current = prepareNext(completing: nil)
+                continue
+            }
+            current = next
+        }
+    }
+
+    /// Finishes an accepted batch and claims the oldest events not yet in flight, with their
+    /// request body.
+    private func prepareNext(completing finished: EventStore.Batch?) -> (EventStore.Batch, Data)? {
+        let claimed: EventStore.Batch?
+        do {
+            claimed = try store.completeAndClaim(finished, limit: options.batchSize)
+        } catch {
+            if let finished { try? store.complete(finished) }
+            return nil
+        }
+        guard let batch = claimed else { return nil }
+        guard let body = try? encode(batch) else {
+            try? store.release(batch)
+            return nil
+        }
+        return (batch, body)
+    }
+
+    /// The request body; `_flush_time` is added to each event as it leaves.
+    func encode(_ batch: EventStore.Batch) throws -> Data {
+        try WireFormat.encode(
+            events: batch.events.map(\.payload),
+            addingToEach: "\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))")
+    }
+
+    static func backoff(failures: Int, options: UploadOptions) -> Double {
+        let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
+        return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
+    }
+
+    /// One request for one batch.
+    package func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
+        do {
+            return post(try encode(batch), timeout: timeout).outcome()
+        } catch {
+            return .retry("cannot encode the batch: \(error)")
+        }
+    }
+
+    /// A request on its way; `outcome()` waits for it.
+    struct InFlight {
+        let done: DispatchSemaphore
+        let result: Box<Outcome>
+        let timeout: Double
+        /// Nil when the request never left.
+        let cancel: (@Sendable () -> Void)?
+
+        func outcome() -> Outcome {
+            guard let cancel else { return result.value }
+            // The request's own deadline ends it; this wait is only a backstop.
+            if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+                cancel()
+                return .retry("timed out after \(timeout) s")
+            }
+            return result.value
+        }
+    }
+
+    func post(_ body: Data, timeout: Double) -> InFlight {
+        HTTPTransport.post(body, to: endpoint, timeout: timeout)
+    }
+
+    static func classify(status: Int, text: String) -> Outcome {
+        switch status {
+        case 200..<300: return .accepted
+        case 403, 404, 408, 429, 500..<600: return .retry("HTTP \(status): \(text)")
+        case 400..<500: return .rejected(status, text)
+        default: return .retry("unexpected HTTP \(status)")
+        }
+    }
+}
+
+/// A mutable box for a value handed across a completion handler. `@unchecked`: the writer and
+/// the reader are ordered by the semaphore or queue that hands the value over.
+final class Box<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}

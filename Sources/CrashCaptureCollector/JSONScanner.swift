@@ -1,0 +1,314 @@
+internal import Foundation
+
+/// A strict, single-pass JSON validator for upload batches: checks the whole grammar (RFC 8259)
+/// of an array of objects and returns, per event, its exact text and the three fields the
+/// collector needs. Foundation's parser builds a whole object tree to answer the same question,
+/// at a fraction of the speed.
+struct JSONScanner {
+    struct Event {
+        var text: Range<Int>
+        var eventID: String?
+        var hasEventName = false
+        var hasProperties = false
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let offset: Int
+        let reason: String
+        var description: String { "invalid JSON at byte \(offset): \(reason)" }
+    }
+
+    /// Scanned through a buffer pointer: every byte read is bounds-checked by the grammar's own
+    /// `index < bytes.count` tests, with no array reference counting on the way.
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var index = 0
+    private static let maximumDepth = 64
+
+    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    static func events(in bytes: [UInt8]) throws -> [Event] {
+        try bytes.withUnsafeBufferPointer { buffer in
+            if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
+            var scanner = JSONScanner(buffer)
+            return try scanner.array()
+        }
+    }
+
+    /// JSON text is UTF-8 (RFC 8259): no stray continuation bytes, overlong forms, surrogates or
+    /// code points past U+10FFFF. Returns the offset of the first bad byte.
+    static func firstInvalidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        var index = 0
+        let raw = UnsafeRawBufferPointer(bytes)
+        while index < bytes.count {
+            // Eight ASCII bytes at a time, the common case.
+            if index + 8 <= bytes.count,
+                raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 == 0
+            {
+                index += 8
+                continue
+            }
+            let lead = bytes[index]
+            if lead < 0x80 {
+                index += 1
+                continue
+            }
+            let length: Int
+            var low: UInt8 = 0x80
+            var high: UInt8 = 0xbf
+            switch lead {
+            case 0xc2...0xdf: length = 2
+            case 0xe0:
+                length = 3
+                low = 0xa0
+            case 0xe1...0xec, 0xee...0xef: length = 3
+            case 0xed:
+                length = 3
+                high = 0x9f
+            case 0xf0:
+                length = 4
+                low = 0x90
+            case 0xf1...0xf3: length = 4
+            case 0xf4:
+                length = 4
+                high = 0x8f
+            default: return index
+            }
+            guard index + length <= bytes.count else { return index }
+            guard bytes[index + 1] >= low && bytes[index + 1] <= high else { return index }
+            for offset in 2..<max(2, length) where bytes[index + offset] & 0xc0 != 0x80 { return index }
+            index += length
+        }
+        return nil
+    }
+
+    private func fail(_ reason: String) -> Failure { Failure(offset: index, reason: reason) }
+
+    private mutating func skipSpace() {
+        while index < bytes.count,
+            bytes[index] == 0x20 || bytes[index] == 0x0a || bytes[index] == 0x0d || bytes[index] == 0x09
+        {
+            index += 1
+        }
+    }
+
+    private mutating func expect(_ byte: UInt8) throws {
+        skipSpace()
+        guard index < bytes.count, bytes[index] == byte else {
+            throw fail("expected '\(Character(UnicodeScalar(byte)))'")
+        }
+        index += 1
+    }
+
+    /// Consumes `close` when the container is empty.
+    private mutating func closesAtOnce(_ close: UInt8) -> Bool {
+        skipSpace()
+        guard index < bytes.count, bytes[index] == close else { return false }
+        index += 1
+        return true
+    }
+
+    /// After a member: true when a comma says another follows, false at `close`.
+    private mutating func another(_ close: UInt8) throws -> Bool {
+        skipSpace()
+        guard index < bytes.count else { throw fail("unterminated object or array") }
+        if bytes[index] == UInt8(ascii: ",") {
+            index += 1
+            return true
+        }
+        try expect(close)
+        return false
+    }
+
+    private mutating func array() throws -> [Event] {
+        try expect(UInt8(ascii: "["))
+        var events: [Event] = []
+        if !closesAtOnce(UInt8(ascii: "]")) {
+            repeat {
+                skipSpace()
+                events.append(try event())
+            } while try another(UInt8(ascii: "]"))
+        }
+        skipSpace()
+        guard index == bytes.count else { throw fail("data after the array") }
+        return events
+    }
+
+    /// One top-level object, noting event_id, event and properties on the way.
+    private mutating func event() throws -> Event {
+        let start = index
+        var event = Event(text: start..<start)
+        try expect(UInt8(ascii: "{"))
+        if !closesAtOnce(UInt8(ascii: "}")) {
+            repeat {
+                skipSpace()
+                let key = try string()
+                try expect(UInt8(ascii: ":"))
+                skipSpace()
+                let valueStart = index
+                let first = index < bytes.count ? bytes[index] : 0
+                try value(depth: 1)
+                // A key written with escapes is taken as some other key.
+                if key.escaped { continue }
+                if spells(key.contents, Self.eventIDKey) {
+                    if first == UInt8(ascii: "\"") { event.eventID = decodedString(valueStart..<index) }
+                } else if spells(key.contents, Self.eventKey) {
+                    event.hasEventName = first == UInt8(ascii: "\"")
+                } else if spells(key.contents, Self.propertiesKey) {
+                    event.hasProperties = first == UInt8(ascii: "{")
+                }
+            } while try another(UInt8(ascii: "}"))
+        }
+        event.text = start..<index
+        return event
+    }
+
+    private static let eventIDKey = Array("event_id".utf8)
+    private static let eventKey = Array("event".utf8)
+    private static let propertiesKey = Array("properties".utf8)
+
+    private func spells(_ range: Range<Int>, _ word: [UInt8]) -> Bool {
+        range.count == word.count && zip(bytes[range], word).allSatisfy { $0 == $1 }
+    }
+
+    private mutating func value(depth: Int) throws {
+        guard depth <= Self.maximumDepth else { throw fail("nested deeper than \(Self.maximumDepth)") }
+        skipSpace()
+        guard index < bytes.count else { throw fail("missing value") }
+        switch bytes[index] {
+        case UInt8(ascii: "\""): try string()
+        case UInt8(ascii: "{"):
+            index += 1
+            if closesAtOnce(UInt8(ascii: "}")) { return }
+            repeat {
+                skipSpace()
+                try string()
+                try expect(UInt8(ascii: ":"))
+                try value(depth: depth + 1)
+            } while try another(UInt8(ascii: "}"))
+        case UInt8(ascii: "["):
+            index += 1
+            if closesAtOnce(UInt8(ascii: "]")) { return }
+            repeat {
+                try value(depth: depth + 1)
+            } while try another(UInt8(ascii: "]"))
+        case UInt8(ascii: "t"): try literal("true")
+        case UInt8(ascii: "f"): try literal("false")
+        case UInt8(ascii: "n"): try literal("null")
+        default: try number()
+        }
+    }
+
+    private mutating func literal(_ word: String) throws {
+        for byte in word.utf8 {
+            guard index < bytes.count, bytes[index] == byte else { throw fail("expected \(word)") }
+            index += 1
+        }
+    }
+
+    private mutating func digits() -> Int {
+        let start = index
+        while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 { index += 1 }
+        return index - start
+    }
+
+    private mutating func number() throws {
+        let start = index
+        if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw fail("bad number") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits() == 0 {
+            throw fail("unexpected character")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits() > 0 else { throw fail("bad fraction") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
+            guard digits() > 0 else { throw fail("bad exponent") }
+        }
+        // Grammatical, but no double holds it: the analytics downstream could not store it either.
+        let text = bytes[start..<index]
+        if text.count > 17 || text.contains(UInt8(ascii: "e")) || text.contains(UInt8(ascii: "E")) {
+            guard let value = Double(String(decoding: text, as: UTF8.self)), value.isFinite else {
+                throw Failure(offset: start, reason: "number out of range")
+            }
+        }
+    }
+
+    /// A string token: where its contents are (escapes checked, not decoded), and whether it
+    /// has any escape.
+    @discardableResult
+    private mutating func string() throws -> (contents: Range<Int>, escaped: Bool) {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string") }
+        index += 1
+        let start = index
+        var escaped = false
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\\") {
+                escaped = true
+                index += 1
+                guard index < bytes.count else { break }
+                switch bytes[index] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    index += 1
+                case UInt8(ascii: "u"):
+                    let unit = try hexUnit(at: index + 1)
+                    index += 5
+                    // UTF-16 surrogates only in pairs, high then low: a lone one is not text.
+                    if (0xdc00...0xdfff).contains(unit) { throw fail("lone low surrogate escape") }
+                    if (0xd800...0xdbff).contains(unit) {
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u"),
+                            (0xdc00...0xdfff).contains(try hexUnit(at: index + 2))
+                        else { throw fail("lone high surrogate escape") }
+                        index += 6
+                    }
+                default: throw fail("bad escape")
+                }
+                continue
+            }
+            if byte == UInt8(ascii: "\"") {
+                let contents = start..<index
+                index += 1
+                return (contents, escaped)
+            }
+            guard byte >= 0x20 else { throw fail("control character in a string") }
+            index += 1
+        }
+        throw fail("unterminated string")
+    }
+
+    /// The four hex digits of a \\u escape starting at `position`.
+    private func hexUnit(at position: Int) throws -> UInt32 {
+        guard position + 4 <= bytes.count else { throw fail("bad \\u escape") }
+        var unit: UInt32 = 0
+        for byte in bytes[position..<position + 4] {
+            guard byte.isHexDigit else { throw fail("bad \\u escape") }
+            unit = unit << 4 | UInt32(byte <= 0x39 ? byte - 0x30 : (byte | 0x20) - 0x57)
+        }
+        return unit
+    }
+
+    /// The value of a string token (quotes included in `range`), escapes decoded.
+    private func decodedString(_ range: Range<Int>) -> String? {
+        let inner = UnsafeBufferPointer(rebasing: bytes[(range.lowerBound + 1)..<(range.upperBound - 1)])
+        if !inner.contains(UInt8(ascii: "\\")) { return String(decoding: inner, as: UTF8.self) }
+        return
+            (try? JSONSerialization.jsonObject(
+                with: Data(UnsafeBufferPointer(rebasing: bytes[range])), options: .fragmentsAllowed))
+            as? String
+    }
+}
+
+extension UInt8 {
+    fileprivate var isHexDigit: Bool {
+        (self >= 0x30 && self <= 0x39) || (self >= 0x41 && self <= 0x46) || (self >= 0x61 && self <= 0x66)
+    }
+}

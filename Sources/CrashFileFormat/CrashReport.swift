@@ -1,0 +1,114 @@
+internal import Foundation
+
+/// One crash file, decoded: the session it belongs to, its `$AppCrashed` and `$AppEnd` events
+/// and the handler's timings. Built from the verified records of a `CrashFileContents`.
+/// `@unchecked`: every field is immutable after init; the `[String: Any]` values come from
+/// JSONSerialization and are immutable Foundation values (strings, numbers, arrays, dictionaries).
+public struct CrashReport: @unchecked Sendable {
+    public struct Frame: Sendable, Equatable {
+        public let pc: UInt64
+        public let module: Int?
+        /// pc minus the module's load bias: an address in the module file's own address space.
+        public let offset: UInt64?
+    }
+
+    public struct Module: Sendable, Equatable {
+        public let path: String
+        public let loadBias: UInt64
+        public let start: UInt64
+        public let end: UInt64
+        public let buildID: String
+    }
+
+    public struct Timing: Sendable, Equatable {
+        public let handlerNanoseconds: Int64
+        public let writeNanoseconds: Int64
+        public let fdatasyncNanoseconds: Int64
+        public let publishNanoseconds: Int64
+        public let fdatasyncSucceeded: Bool
+    }
+
+    public let path: String
+    public let session: [String: Any]?
+    /// Every event record, in file order (normally `$AppCrashed` then `$AppEnd`).
+    public let events: [[String: Any]]
+    public let timing: Timing?
+    public let problems: [CrashFileProblem]
+
+    public init(path: String, contents: CrashFileContents) {
+        self.path = path
+        var session: [String: Any]?
+        var events: [[String: Any]] = []
+        var timing: Timing?
+        var problems = contents.problems
+        for record in contents.records {
+            guard let json = record.json else {
+                problems.append(CrashFileProblem(offset: record.offset, reason: "record payload is not a JSON object"))
+                continue
+            }
+            switch record.type {
+            case .session: session = json
+            case .event: events.append(json)
+            case .timing:
+                timing = Timing(
+                    handlerNanoseconds: Self.int64(json["handler_ns"]),
+                    writeNanoseconds: Self.int64(json["write_ns"]),
+                    fdatasyncNanoseconds: Self.int64(json["fdatasync_ns"]),
+                    publishNanoseconds: Self.int64(json["publish_ns"]),
+                    fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false)
+            }
+        }
+        self.session = session
+        self.events = events
+        self.timing = timing
+        self.problems = problems
+        frames = Self.decodeFrames(details)
+        modules = Self.decodeModules(details)
+    }
+
+    public init(path: String) throws {
+        self.init(path: path, contents: try CrashFileReader.read(path: path))
+    }
+
+    public var crashedEvents: [[String: Any]] { events.filter { $0["event"] as? String == "$AppCrashed" } }
+    public var endEvents: [[String: Any]] { events.filter { $0["event"] as? String == "$AppEnd" } }
+    public var crashed: [String: Any]? { crashedEvents.first }
+    public var properties: [String: Any] { crashed?["properties"] as? [String: Any] ?? [:] }
+    private var details: [String: Any] { crashed?["crash"] as? [String: Any] ?? [:] }
+
+    public var signalName: String? { properties["crash_signal_name"] as? String }
+    public var signal: Int? { (properties["crash_signal"] as? NSNumber)?.intValue }
+    public var codeName: String? { properties["crash_code_name"] as? String }
+    public var swiftMessage: String? { properties["crash_swift_message"] as? String }
+    public var exceptionType: String? { properties["crash_exception_type"] as? String }
+    public var reason: String? { properties["app_crashed_reason"] as? String }
+    public var handlerFaults: [String] { properties["crash_handler_faults"] as? [String] ?? [] }
+
+    /// Decoded once, at init: replay and rendering read them several times.
+    public private(set) var frames: [Frame] = []
+    public private(set) var modules: [Module] = []
+
+    static func decodeFrames(_ details: [String: Any]) -> [Frame] {
+        (details["frames"] as? [[String: Any]] ?? []).map { frame in
+            Frame(
+                pc: Self.hex(frame["pc"]) ?? 0, module: (frame["module"] as? NSNumber)?.intValue,
+                offset: Self.hex(frame["offset"]))
+        }
+    }
+
+    static func decodeModules(_ details: [String: Any]) -> [Module] {
+        (details["modules"] as? [[String: Any]] ?? []).map { module in
+            Module(
+                path: module["path"] as? String ?? "", loadBias: Self.hex(module["load_bias"]) ?? 0,
+                start: Self.hex(module["start"]) ?? 0, end: Self.hex(module["end"]) ?? 0,
+                buildID: module["build_id"] as? String ?? "")
+        }
+    }
+
+    static func hex(_ value: Any?) -> UInt64? {
+        guard let text = value as? String, text.hasPrefix("0x") else { return nil }
+        return UInt64(text.dropFirst(2), radix: 16)
+    }
+
+    static func int64(_ value: Any?) -> Int64 { (value as? NSNumber)?.int64Value ?? 0 }
+}

@@ -1,0 +1,58 @@
+internal import Foundation
+
+@_silgen_name("swift_demangle")
+private func _swiftDemangle(
+    _ mangledName: UnsafePointer<CChar>?, _ mangledNameLength: Int, _ outputBuffer: UnsafeMutablePointer<CChar>?,
+    _ outputBufferSize: UnsafeMutablePointer<Int>?, _ flags: UInt32
+) -> UnsafeMutablePointer<CChar>?
+
+private typealias CxaDemangle =
+    @convention(c) (
+        UnsafePointer<CChar>?, UnsafeMutablePointer<CChar>?, UnsafeMutablePointer<Int>?, UnsafeMutablePointer<Int32>?
+    ) -> UnsafeMutablePointer<CChar>?
+
+/// libstdc++'s demangler, looked up at run time: the Swift runtime brings libstdc++ into the
+/// process, but our binaries do not link it themselves.
+private let cxaDemangle: CxaDemangle? = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__cxa_demangle") else { return nil }
+    return unsafeBitCast(symbol, to: CxaDemangle.self)
+}()
+
+private func _cxaDemangle(
+    _ name: UnsafePointer<CChar>?, _ buffer: UnsafeMutablePointer<CChar>?, _ length: UnsafeMutablePointer<Int>?,
+    _ status: UnsafeMutablePointer<Int32>?
+) -> UnsafeMutablePointer<CChar>? {
+    guard let cxaDemangle else {
+        status?.pointee = -1
+        return nil
+    }
+    return cxaDemangle(name, buffer, length, status)
+}
+
+/// Symbol names made readable: Swift names with the Swift runtime's demangler, C++ names (and
+/// C++ type names such as `St13runtime_error`) with libstdc++'s; other names unchanged.
+public enum Demangler: Sendable {
+    public static func demangle(_ name: String) -> String {
+        if name.hasPrefix("_Z") { return demangleCxx(name) }
+        guard name.hasPrefix("$s") || name.hasPrefix("_$s") || name.hasPrefix("$S") || name.hasPrefix("_T0") else {
+            return name
+        }
+        return name.withCString { pointer in
+            guard let result = _swiftDemangle(pointer, strlen(pointer), nil, nil, 0) else { return name }
+            defer { free(result) }
+            return String(cString: result)
+        }
+    }
+}
+
+extension Demangler {
+    static func demangleCxx(_ name: String) -> String {
+        var status: Int32 = 0
+        guard let result = name.withCString({ _cxaDemangle($0, nil, nil, &status) }), status == 0 else { return name }
+        defer { free(result) }
+        return String(cString: result)
+    }
+
+    /// A C++ type name as `std::type_info::name()` gives it (`St13runtime_error`), made readable.
+    public static func demangleCxxType(_ name: String) -> String { demangleCxx(name) }
+}

@@ -1,0 +1,110 @@
+internal import CrashFileFormat
+internal import CrashSymbolication
+internal import Foundation
+
+/// ANSI styling, only when asked for (a terminal); plain text otherwise.
+struct TextStyle: Sendable {
+    let enabled: Bool
+    init(enabled: Bool) { self.enabled = enabled }
+    func bold(_ text: String) -> String { enabled ? "\u{1b}[1m\(text)\u{1b}[0m" : text }
+    func red(_ text: String) -> String { enabled ? "\u{1b}[1;31m\(text)\u{1b}[0m" : text }
+    func dim(_ text: String) -> String { enabled ? "\u{1b}[2m\(text)\u{1b}[0m" : text }
+}
+
+/// How `crashcap show` presents a report, as text for people or JSON for scripts.
+enum ReportRendering {
+    static func text(
+        _ report: CrashReport, symbols: [Symbolicator.Symbol], frames limit: Int, style: TextStyle
+    ) -> String {
+        var lines: [String] = [style.bold("== \(report.path)")]
+        for problem in report.problems { lines.append(style.red("damaged: \(problem)")) }
+        guard let crashed = report.crashed else {
+            lines.append(report.session != nil ? "no crash recorded in this session" : "no crash record")
+            return lines.joined(separator: "\n")
+        }
+        let properties = report.properties
+        let app = "\(properties["$app_name"] ?? "?") \(properties["$app_version"] ?? "")"
+        let time = (crashed["time"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
+        lines.append(
+            "\(style.bold("app")):      \(app)  pid \(properties["$pid"] ?? "?")  on \(properties["$hostname"] ?? "?")")
+        if let time { lines.append("\(style.bold("time")):     \(time)") }
+        var signal = "\(report.signalName ?? "?") (\(report.codeName ?? "?"))"
+        if let address = properties["crash_fault_address"] as? String, report.signalName != "SIGABRT" {
+            signal += " at \(address)"
+        }
+        lines.append("\(style.bold("signal")):   \(style.red(signal))")
+        let threadName = properties["crash_thread_name"] as? String ?? ""
+        let main = properties["crash_main_thread"] as? Bool == true ? " (main thread)" : ""
+        lines.append("\(style.bold("thread")):   \(properties["crash_tid"] ?? "?") \"\(threadName)\"\(main)")
+        if let message = report.swiftMessage, !message.isEmpty {
+            lines.append("\(style.bold("message")):  \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        if let type = report.exceptionType { lines.append("\(style.bold("exception")): \(type)") }
+        if !report.handlerFaults.isEmpty {
+            lines.append(style.red("handler faulted in: \(report.handlerFaults.joined(separator: ", "))"))
+        }
+        if let timing = report.timing {
+            lines.append(
+                style.dim(
+                    String(
+                        format: "handler %.3f ms (fdatasync %.3f ms)", Double(timing.handlerNanoseconds) / 1e6,
+                        Double(timing.fdatasyncNanoseconds) / 1e6)))
+        }
+        lines.append(style.bold("frames") + ":")
+        let frames = report.frames
+        let shown = limit > 0 ? min(limit, frames.count) : frames.count
+        for index in 0..<shown {
+            let frame = frames[index]
+            let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
+            var line = String(format: "  #%-3d 0x%016llx ", index, frame.pc) + symbol.module
+            if let function = symbol.function {
+                line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
+                if let file = symbol.file, let number = symbol.line {
+                    line += style.dim(" at \(file):\(number)")
+                }
+            } else if let offset = frame.offset {
+                line += " +0x" + String(offset, radix: 16)
+                if let note = symbol.note { line += style.dim("  (\(note))") }
+            }
+            lines.append(line)
+        }
+        if shown < frames.count { lines.append(style.dim("  ... \(frames.count - shown) more frames")) }
+        let referenced = Set(frames.compactMap(\.module))
+        lines.append(style.bold("modules") + ":")
+        for (index, module) in report.modules.enumerated() where referenced.contains(index) {
+            lines.append(
+                "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
+            )
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func json(_ report: CrashReport, symbols: [Symbolicator.Symbol]) -> String {
+        var object: [String: Any] = ["path": report.path, "problems": report.problems.map(\.description)]
+        if let session = report.session { object["session"] = session }
+        object["events"] = report.events
+        object["frames"] = report.frames.enumerated().map { index, frame -> [String: Any] in
+            var entry: [String: Any] = ["pc": "0x" + String(frame.pc, radix: 16)]
+            if let module = frame.module { entry["module"] = module }
+            if let offset = frame.offset { entry["offset"] = "0x" + String(offset, radix: 16) }
+            if index < symbols.count {
+                let symbol = symbols[index]
+                entry["module_name"] = symbol.module
+                if let function = symbol.function { entry["function"] = function }
+                if let within = symbol.offsetInFunction { entry["function_offset"] = within }
+                if let note = symbol.note { entry["note"] = note }
+                if let file = symbol.file { entry["file"] = file }
+                if let number = symbol.line { entry["line"] = number }
+            }
+            return entry
+        }
+        if let timing = report.timing {
+            object["timing"] = [
+                "handler_ns": timing.handlerNanoseconds, "fdatasync_ns": timing.fdatasyncNanoseconds,
+                "write_ns": timing.writeNanoseconds, "publish_ns": timing.publishNanoseconds,
+            ]
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+}

@@ -1,0 +1,210 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Real processes crash under capture; each test checks how the process died and what it wrote.
+@Suite struct CrashPathTests {
+    func crash(
+        _ sample: String, _ kind: String, context: String = "main", chain: String = "none",
+        environment: [String: String] = [:]
+    ) throws -> (RunResult, String) {
+        let directory = makeTemporaryDirectory(kind)
+        var env = environment
+        env["CRASHCAPTURE_DIR"] = directory
+        env["CRASH_SAMPLE_MARKER"] = directory + "/marker"
+        let result = try run(sample, [kind, "--context", context, "--chain", chain], environment: env)
+        #expect(!result.timedOut, "\(kind) hung")
+        return (result, directory)
+    }
+
+    @Test func segfaultInSwiftOnTheMainThread() throws {
+        let (result, directory) = try crash(Paths.swiftSample, "swift-null-read")
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.codeName == "SEGV_MAPERR")
+        #expect(report.properties["crash_fault_address"] as? String == "0x10")
+        #expect(report.properties["crash_main_thread"] as? Bool == true)
+        #expect(frameNames(report, count: 3).contains { $0.contains("crashSwiftNullRead") })
+        #expect(report.properties["crash_unwinder"] as? String == "libunwind")
+    }
+
+    @Test func segfaultOnAPthread() throws {
+        let (result, directory) = try crash(Paths.swiftSample, "swift-null-read", context: "pthread")
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["crash_main_thread"] as? Bool == false)
+        #expect(frameNames(report, count: 3).contains { $0.contains("crashSwiftNullRead") })
+    }
+
+    @Test func abortFromC() throws {
+        let (result, directory) = try crash(Paths.cSample, "abort")
+        #expect(result.signal == SIGABRT)
+        let report = try verifiedReport(in: directory, signal: "SIGABRT")
+        #expect(report.codeName == "SI_TKILL")
+        #expect(frameNames(report, count: 6).contains("sample_abort"))
+    }
+
+    @Test func swiftForceUnwrapTrapCarriesTheFatalErrorMessage() throws {
+        let (result, directory) = try crash(Paths.swiftSample, "swift-force-unwrap")
+        #expect(result.signal == SIGILL)
+        let report = try verifiedReport(in: directory, signal: "SIGILL")
+        #expect(report.codeName == "ILL_ILLOPN")
+        #expect(report.swiftMessage?.contains("Unexpectedly found nil while unwrapping an Optional value") == true)
+        #expect(report.reason?.contains("Unexpectedly found nil") == true)
+        #expect(frameNames(report, count: 6).contains { $0.contains("crashSwiftForceUnwrap") })
+    }
+
+    @Test func uncaughtCxxExceptionRecordsItsType() throws {
+        let (result, directory) = try crash(Paths.cSample, "cxx-runtime-error")
+        #expect(result.signal == SIGABRT)
+        let report = try verifiedReport(in: directory, signal: "SIGABRT")
+        #expect(report.exceptionType == "St13runtime_error")
+        #expect(result.stderr.contains("what():  sample runtime_error"), "libstdc++'s own terminate handler still ran")
+        #expect(frameNames(report, count: 12).contains("sample_throw_runtime_error"))
+    }
+
+    @Test(arguments: ["pthread", "dispatch", "thread", "task"])
+    func stackOverflowOnASecondaryThread(context: String) throws {
+        let (result, directory) = try crash(Paths.swiftSample, "swift-stack-overflow", context: context)
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["crash_main_thread"] as? Bool == false)
+        #expect(frameNames(report, count: 3).contains { $0.contains("crashSwiftRecursion") })
+    }
+
+    @Test func previousSigInfoHandlerIsCalledWithTheOriginalSigInfo() throws {
+        let (result, directory) = try crash(Paths.cSample, "null-read", chain: "previous-siginfo")
+        #expect(result.signal == SIGSEGV)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let marker = try String(contentsOfFile: directory + "/marker", encoding: .utf8)
+        #expect(marker == "previous-siginfo signo=11 code=1 addr=(nil)\n")
+    }
+
+    @Test func previousPlainHandlerIsCalled() throws {
+        let (result, directory) = try crash(Paths.cSample, "abort", chain: "previous-plain")
+        #expect(result.signal == SIGABRT)
+        _ = try verifiedReport(in: directory, signal: "SIGABRT")
+        let marker = try String(contentsOfFile: directory + "/marker", encoding: .utf8)
+        #expect(marker.hasPrefix("previous-plain signo=6"))
+    }
+
+    @Test func handlerInstalledAfterOursStillReachesUs() throws {
+        let (result, directory) = try crash(Paths.cSample, "null-read", chain: "after-capture")
+        #expect(result.signal == SIGSEGV)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let marker = try String(contentsOfFile: directory + "/marker", encoding: .utf8)
+        #expect(marker.hasPrefix("after-capture signo=11"))
+    }
+
+    @Test func ignoredSentSignalIsStillIgnored() throws {
+        let (result, directory) = try crash(Paths.cSample, "raise-segv", chain: "ignore")
+        #expect(result.exitCode == 0, "raise(SIGSEGV) under SIG_IGN must not kill: \(result.stderr)")
+        #expect(result.stdout.contains("survived raise-segv"))
+        #expect(crashFiles(in: directory).isEmpty)
+    }
+
+    @Test func ignoredHardwareFaultStillKills() throws {
+        let (result, directory) = try crash(Paths.cSample, "null-read", chain: "ignore")
+        #expect(result.signal == SIGSEGV)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    @Test func swiftRuntimeBacktracerStillReportsAfterUs() throws {
+        let (result, directory) = try crash(
+            Paths.swiftSample, "swift-null-read", environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"])
+        #expect(result.signal == SIGSEGV)
+        #expect(
+            result.stderr.contains("*** Program crashed: Bad pointer dereference"),
+            "the Swift runtime's report is missing: \(result.stderr.prefix(500))")
+        #expect(result.seconds < 30)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    @Test func swiftRuntimeBacktracerDisabled() throws {
+        let (result, directory) = try crash(
+            Paths.swiftSample, "swift-force-unwrap", environment: ["SWIFT_BACKTRACE": "enable=no"])
+        #expect(result.signal == SIGILL)
+        #expect(!result.stderr.contains("*** Program crashed"))
+        _ = try verifiedReport(in: directory, signal: "SIGILL")
+    }
+
+    @Test func faultInsideOurHandlerStillLeavesARecordAndReRaises() throws {
+        let (result, directory) = try crash(
+            Paths.cSample, "null-read", environment: ["CRASH_SAMPLE_FAULT_IN_HANDLER": "1"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.handlerFaults == ["unwind"])
+        #expect(report.frames.count >= 1)
+    }
+
+    @Test func eightThreadsCrashingAtOnceGiveOneReport() throws {
+        let (result, directory) = try crash(Paths.cSample, "concurrent-8")
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(frameNames(report, count: 3).contains("sample_null_read"))
+    }
+
+    @Test func crashInADlopenedLibraryIsAttributedToIt() throws {
+        let (result, directory) = try crash(Paths.cSample, "dlopen-library")
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let first = try #require(report.frames.first?.module)
+        #expect(report.modules[first].path.contains("libz.so"))
+        #expect(!report.modules[first].buildID.isEmpty)
+    }
+
+    @Test func forkedChildReportsInItsOwnFile() throws {
+        let (result, directory) = try crash(Paths.cSample, "fork-child")
+        #expect(result.exitCode == 0)
+        let words = result.stdout.split(whereSeparator: { $0 == " " || $0 == "\n" })
+        let childPID = try #require(words.firstIndex(of: "child-pid").flatMap { Int(words[$0 + 1]) })
+        #expect(result.stdout.contains("child-signal 11"))
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect((report.properties["$pid"] as? NSNumber)?.intValue == childPID)
+        #expect(report.session?["pid"] as? Int == childPID)
+    }
+
+    @Test func normalExitLeavesNoCrashFile() throws {
+        let directory = makeTemporaryDirectory("clean")
+        let result = try run(Paths.swiftSample, ["--list"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(result.exitCode == 0)
+        #expect(crashFiles(in: directory).isEmpty)
+    }
+
+    @Test func withoutLibunwindStacksComeFromFramePointers() throws {
+        let (result, directory) = try crash(Paths.cSample, "null-read", environment: ["CRASHCAPTURE_NO_LIBUNWIND": "1"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["crash_unwinder"] as? String == "frame-pointer")
+        let names = frameNames(report, count: 8)
+        #expect(names.first == "sample_null_read")
+        #expect(names.contains("main"), "the walk reaches main: \(names)")
+    }
+
+    @Test func handlerTimeIsRecorded() throws {
+        let (_, directory) = try crash(Paths.cSample, "null-read")
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let timing = try #require(report.timing)
+        #expect(timing.fdatasyncSucceeded)
+        #expect(timing.handlerNanoseconds > timing.fdatasyncNanoseconds)
+        #expect(timing.fdatasyncNanoseconds > 0)
+        #expect((report.properties["crash_handler_ms"] as? Double ?? -1) >= 0)
+    }
+
+    @Test func appEndCarriesTheSessionDuration() throws {
+        let (_, directory) = try crash(Paths.cSample, "abort")
+        let report = try verifiedReport(in: directory, signal: "SIGABRT")
+        let end = try #require(report.endEvents.first)
+        let properties = try #require(end["properties"] as? [String: Any])
+        let duration = try #require(properties["$event_duration"] as? Double)
+        #expect(duration >= 0 && duration < 60)
+        #expect(end["event_id"] as? String != report.crashed?["event_id"] as? String)
+        #expect(end["distinct_id"] as? String == report.crashed?["distinct_id"] as? String)
+        #expect(properties["sample_kind"] as? String == "abort")
+    }
+}

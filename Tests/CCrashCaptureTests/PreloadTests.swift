@@ -1,0 +1,102 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The preload library captures crashes of programs nobody recompiled, without bringing the
+/// Swift runtime into them. Scripts/build-preload.sh builds it (the test command runs it).
+@Suite struct PreloadTests {
+    func requireLibrary() throws {
+        try #require(
+            FileManager.default.fileExists(atPath: Paths.preloadLibrary),
+            "run Scripts/build-preload.sh first (the README's test command does)")
+    }
+
+    @Test func libraryCarriesNoSwiftRuntime() throws {
+        try requireLibrary()
+        let result = try run("/usr/bin/readelf", ["-d", Paths.preloadLibrary])
+        #expect(result.stdout.contains("libc.so.6"))
+        #expect(!result.stdout.contains("swift"), "\(result.stdout)")
+    }
+
+    @Test func pythonNullReadUnderPreload() throws {
+        try requireLibrary()
+        let directory = makeTemporaryDirectory("python")
+        let result = try run(
+            "/usr/bin/env", ["python3", "-c", "import ctypes; ctypes.string_at(0)"],
+            environment: ["LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_DIR": directory])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let names = report.frames.prefix(4).compactMap { $0.module.map { report.modules[$0].path } }
+        #expect(names.contains { $0.contains("_ctypes") }, "\(names)")
+        #expect((report.properties["$app_name"] as? String)?.hasPrefix("python3") == true)
+    }
+
+    @Test func plainCProgramUnderPreload() throws {
+        try requireLibrary()
+        let work = makeTemporaryDirectory("plainc")
+        let source = """
+            #include <stdio.h>
+            #include <stdlib.h>
+            __attribute__((noinline)) void plain_program_crashes(volatile int *p) { *p = 42; }
+            int main(int argc, char **argv) { (void)argv; puts("about to crash"); fflush(stdout);
+                plain_program_crashes(argc > 5 ? malloc(4) : NULL); return 0; }
+            """
+        try source.write(toFile: work + "/plain.c", atomically: true, encoding: .utf8)
+        let compile = try run("/usr/bin/cc", ["-O0", "-g", "-o", work + "/plain", work + "/plain.c"])
+        try #require(compile.exitCode == 0, "\(compile.stderr)")
+        let baseline = try run(work + "/plain")
+        #expect(baseline.signal == SIGSEGV)
+        let directory = work + "/crashes"
+        let result = try run(
+            work + "/plain",
+            environment: [
+                "LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_DIR": directory, "CRASHCAPTURE_APP_VERSION": "7.1",
+            ])
+        #expect(result.signal == baseline.signal)
+        #expect(result.stdout == "about to crash\n")
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["$app_version"] as? String == "7.1")
+        #expect(frameNames(report, count: 2).contains("plain_program_crashes"))
+    }
+
+    @Test func badDirectoryIsReportedAndTheProgramRunsOn() throws {
+        try requireLibrary()
+        let result = try run(
+            "/bin/true", environment: ["LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_DIR": "/proc/forbidden"])
+        #expect(result.exitCode == 0)
+        #expect(result.stderr.contains("crashcapture: not installed:"))
+    }
+
+    @Test func linkedCProgramUsesTheCAPI() throws {
+        try requireLibrary()
+        let work = makeTemporaryDirectory("capi")
+        let source = """
+            #include <crashcapture.h>
+            #include <stdio.h>
+            int main(int argc, char **argv) {
+                crashcapture_property props[] = {{"build_flavor", "capi"}};
+                crashcapture_config config = {.directory = argv[1], .app_name = "capi", .app_version = "2",
+                                              .properties = props, .property_count = 1};
+                if (crashcapture_install(&config) != 0) { puts(crashcapture_last_error()); return 3; }
+                volatile int *volatile p = 0; return *p;
+            }
+            """
+        try source.write(toFile: work + "/capi.c", atomically: true, encoding: .utf8)
+        let compile = try run(
+            "/usr/bin/cc",
+            [
+                "-o", work + "/capi", work + "/capi.c", "-I", Paths.packageRoot + "/Sources/CCrashCapture/include",
+                "-L", Paths.cLibraryDirectory, "-Wl,-rpath," + Paths.cLibraryDirectory, "-lcrashcapture",
+            ])
+        try #require(compile.exitCode == 0, "\(compile.stderr)")
+        let result = try run(work + "/capi", [work + "/crashes"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: work + "/crashes", signal: "SIGSEGV")
+        #expect(report.properties["build_flavor"] as? String == "capi")
+    }
+}

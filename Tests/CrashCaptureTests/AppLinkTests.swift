@@ -1,0 +1,57 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// An app built outside this package against the `CrashCapture` product alone
+/// (Examples/MinimalApp, built by Scripts/test.sh): what it links, and that it works.
+@Suite struct AppLinkTests {
+    static var app: String { Paths.packageRoot + "/.build/minimal-app/debug/minimal-app" }
+
+    func symbols() throws -> String {
+        try #require(FileManager.default.fileExists(atPath: Self.app), "no \(Self.app): run Scripts/test.sh")
+        let result = try run("/usr/bin/nm", [Self.app])
+        try #require(result.exitCode == 0, "nm failed: \(result.stderr)")
+        return result.stdout
+    }
+
+    @Test func appCarriesTheSDKAndNothingElseOfThePackage() throws {
+        let names = try symbols()
+        // The SDK is there: the C crash path and the Swift install.
+        #expect(names.contains("crashcapture_install"))
+        #expect(names.contains("cc_signal_handler"))
+        #expect(names.contains("12CrashCapture"))
+        // None of the collector, the process spawner, the harness or the test hooks' users.
+        for module in ["CrashCaptureCollector", "ProcessSupport", "IngestCollector", "ChildProcess", "CleanSpawn"] {
+            #expect(!names.contains(module), "the app links \(module)")
+        }
+        for harness in ["HarnessRunner", "HarnessMatrix", "ReportRendering", "ProgressBar"] {
+            #expect(!names.contains(harness), "the app links \(harness)")
+        }
+    }
+
+    @Test func diagnosticsReachTheAppsOwnLogHandler() throws {
+        let directory = makeTemporaryDirectory("app-log")
+        let result = try run(Self.app, [directory], timeout: 30)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("tracked"))
+        #expect(
+            result.stderr.contains("app-log [crashcapture] warning: built without HTTP upload"),
+            "the library's diagnostic did not go through swift-log: \(result.stderr)")
+    }
+
+    @Test func appCrashIsCapturedAndDiesOfItsOwnSignal() throws {
+        let directory = makeTemporaryDirectory("app-crash")
+        let result = try run(
+            Self.app, [directory, "crash"], environment: ["SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+        #expect(
+            result.signal == SIGSEGV,
+            "ended by \(String(describing: result.signal)) / \(String(describing: result.exitCode))")
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["$app_name"] as? String == "minimal-app")
+    }
+}

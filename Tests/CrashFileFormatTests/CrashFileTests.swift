@@ -1,0 +1,120 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+@Suite struct CrashFileTests {
+    /// A real crash file from a real crash, to cut and damage.
+    static let sample: (path: String, bytes: [UInt8], records: Int, end: Int) = {
+        let directory = makeTemporaryDirectory("torn")
+        _ = try! run(Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory])
+        let path = crashFiles(in: directory)[0]
+        let bytes = [UInt8](FileManager.default.contents(atPath: path)!)
+        let contents = CrashFileReader.parse(bytes)
+        let last = contents.records.last!
+        return (path, bytes, contents.records.count, last.offset + CrashFileLayout.headerSize + last.payload.count)
+    }()
+
+    @Test func crc32MatchesZlib() {
+        #expect(CRC32.update(0, Array("123456789".utf8)) == 0xCBF4_3926)
+    }
+
+    @Test func realFileHasSessionTwoEventsAndTiming() {
+        let contents = CrashFileReader.parse(Self.sample.bytes)
+        #expect(contents.problems.isEmpty)
+        #expect(contents.records.map(\.type) == [.session, .event, .event, .timing])
+        #expect(Self.sample.bytes.count >= 256 * 1024, "the reserved space is part of the file")
+    }
+
+    @Test func truncationAtAnyByteIsDetectedAndNeverHalfRead() {
+        let bytes = Self.sample.bytes
+        let complete = CrashFileReader.parse(bytes).records
+        let boundaries = Set(complete.map { $0.offset + CrashFileLayout.headerSize + $0.payload.count } + [0])
+        for cut in 0..<Self.sample.end {
+            let contents = CrashFileReader.parse(Array(bytes[0..<cut]))
+            let whole = complete.filter { $0.offset + CrashFileLayout.headerSize + $0.payload.count <= cut }
+            #expect(contents.records.map(\.offset) == whole.map(\.offset), "cut at \(cut)")
+            for (got, expected) in zip(contents.records, whole) where got.payload != expected.payload {
+                Issue.record("record at \(got.offset) differs after a cut at \(cut)")
+            }
+            if !boundaries.contains(cut) && contents.problems.isEmpty {
+                Issue.record("a cut inside a record at \(cut) was not reported")
+            }
+        }
+    }
+
+    @Test func zeroedTailIsATornRecordNotData() {
+        // The fdatasync never finished: the tail of the last record is still the reserved zeros.
+        var bytes = Self.sample.bytes
+        for index in (Self.sample.end - 40)..<Self.sample.end { bytes[index] = 0 }
+        let contents = CrashFileReader.parse(bytes)
+        #expect(contents.records.count == Self.sample.records - 1)
+        #expect(contents.problems.contains { $0.reason.contains("checksum") })
+    }
+
+    @Test func flippedBitIsCaughtByTheChecksumAndLaterRecordsSurvive() throws {
+        var bytes = Self.sample.bytes
+        let contents = CrashFileReader.parse(bytes)
+        let crashed = contents.records[1]
+        bytes[crashed.offset + CrashFileLayout.headerSize + 100] ^= 0x04
+        let damaged = CrashFileReader.parse(bytes)
+        #expect(damaged.problems.first?.offset == crashed.offset)
+        #expect(damaged.problems.first?.reason.contains("checksum") == true)
+        #expect(damaged.records.map(\.type) == [.session, .event, .timing], "records after the damage are recovered")
+    }
+
+    @Test func foreignAndEmptyFilesAreReportedNotRead() {
+        let foreign = CrashFileReader.parse(Array("{\"not\":\"a crash file\"}".utf8))
+        #expect(foreign.records.isEmpty)
+        #expect(foreign.problems.first?.reason.contains("not a CrashCapture record") == true)
+        let empty = CrashFileReader.parse([])
+        #expect(empty.records.isEmpty && empty.problems.isEmpty)
+        let zeros = CrashFileReader.parse([UInt8](repeating: 0, count: 4096))
+        #expect(zeros.records.isEmpty && zeros.problems.isEmpty)
+    }
+
+    @Test func oversizedLengthIsRejectedWithoutAllocating() {
+        var header = Array("CCR1".utf8)
+        header += [2, 0, 0, 0] + [0xff, 0xff, 0xff, 0x7f] + [0, 0, 0, 0]
+        let contents = CrashFileReader.parse(header + [UInt8](repeating: 0x20, count: 64))
+        #expect(contents.records.isEmpty)
+        #expect(contents.problems.first?.reason.contains("exceeds") == true)
+    }
+
+    @Test func reportDecodesFramesAndModules() throws {
+        let report = try CrashReport(path: Self.sample.path)
+        #expect(report.frames.count >= 3)
+        #expect(report.modules.contains { $0.path.hasSuffix("crash-sample-c") && !$0.buildID.isEmpty })
+        for frame in report.frames where frame.module != nil {
+            let module = report.modules[frame.module!]
+            #expect(frame.pc >= module.start && frame.pc < module.end)
+            #expect(frame.offset == frame.pc - module.loadBias)
+        }
+    }
+}
+
+@Suite struct CrashFileAdversarialTests {
+    @Test func craftedResyncStormIsBounded() {
+        // A header claiming almost 1 MiB, then a magic every 16 bytes: each candidate would be
+        // checksummed over ~1 MiB if the reader did not bound its work.
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(2 << 20)
+        while bytes.count < 2 << 20 {
+            bytes += Array("CCR1".utf8) + [2, 0, 0, 0] + [0x00, 0x00, 0x0f, 0x00] + [1, 2, 3, 4]
+        }
+        let start = Date()
+        let contents = CrashFileReader.parse(bytes)
+        #expect(Date().timeIntervalSince(start) < 10)
+        #expect(contents.records.isEmpty)
+        #expect(contents.problems.contains { $0.reason.contains("too much damage") })
+    }
+}
+
+@Suite struct FuzzTests {
+    @Test(arguments: ["crashfile", "jsonscanner"])
+    func fuzzerBuildsAndFindsNothingInTenSeconds(target: String) throws {
+        let result = try run("/bin/sh", [Paths.packageRoot + "/Fuzz/run.sh", "10", target], timeout: 300)
+        #expect(result.exitCode == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.stderr.contains("Done "), "libFuzzer did not run: \(result.stderr.suffix(500))")
+    }
+}

@@ -1,0 +1,91 @@
+import CrashFileFormat
+import CrashSymbolication
+import Foundation
+import TestSupport
+import Testing
+
+@Suite struct ELFImageTests {
+    @Test func readsBuildIDAndFunctionsOfTheSample() throws {
+        let image = try ELFImage(path: Paths.cSample)
+        let readelf = try run("/usr/bin/readelf", ["-n", Paths.cSample])
+        let buildID = try #require(image.buildID)
+        #expect(readelf.stdout.contains("Build ID: \(buildID)"))
+        let symbol = try #require(image.symbols.first { $0.name == "sample_null_read" })
+        #expect(image.symbol(containing: symbol.address + 2)?.symbol.name == "sample_null_read")
+        #expect(image.hasFullSymbolTable)
+    }
+
+    @Test func strippedLibraryFallsBackToDynamicSymbols() throws {
+        let image = try ELFImage(path: "/lib/x86_64-linux-gnu/libz.so.1")
+        #expect(!image.hasFullSymbolTable)
+        let crc = try #require(image.symbols.first { $0.name == "crc32" })
+        #expect(image.symbol(containing: crc.address + 1)?.symbol.name == "crc32")
+    }
+
+    @Test func damagedFilesAreErrors() {
+        #expect(throws: CrashCaptureError.self) { try ELFImage(path: "x", bytes: Array("not elf".utf8)) }
+        var header = [UInt8](repeating: 0, count: 64)
+        header[0...5] = [0x7f, 0x45, 0x4c, 0x46, 2, 1]
+        header[0x28] = 0xff  // section headers far past the end
+        header[0x3a] = 64
+        header[0x3c] = 3
+        #expect(throws: CrashCaptureError.self) { try ELFImage(path: "x", bytes: header) }
+    }
+
+    @Test func demanglesSwiftNames() {
+        #expect(Demangler.demangle("$s4main3fooyyF") == "main.foo() -> ()")
+        #expect(Demangler.demangle("sample_null_read") == "sample_null_read")
+    }
+}
+
+@Suite struct DemanglerTests {
+    @Test func demanglesCxxFunctionsAndTypes() {
+        #expect(
+            Demangler.demangle("_ZN12_GLOBAL__N_124throwing_inside_noexceptEv")
+                == "(anonymous namespace)::throwing_inside_noexcept()")
+        #expect(Demangler.demangleCxxType("St13runtime_error") == "std::runtime_error")
+        #expect(
+            Demangler.demangleCxxType("N12_GLOBAL__N_114NotAnExceptionE") == "(anonymous namespace)::NotAnException")
+        #expect(Demangler.demangleCxxType("not a type at all") == "not a type at all")
+    }
+}
+
+@Suite struct SourceLocationTests {
+    /// The 1-based line of the first line of `file` containing `text`.
+    func line(of text: String, in file: String) throws -> Int {
+        let source = try String(contentsOfFile: Paths.packageRoot + "/" + file, encoding: .utf8)
+        let lines = source.components(separatedBy: "\n")
+        return try #require(lines.firstIndex { $0.contains(text) }) + 1
+    }
+
+    @Test func swiftFramesGetFileAndLineFromDWARF4() throws {
+        let directory = makeTemporaryDirectory("dwarf-swift")
+        _ = try run(
+            Paths.swiftSample, ["swift-null-read"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let top = try #require(Symbolicator().symbolicate(report).first)
+        #expect(top.function?.contains("crashSwiftNullRead") == true)
+        #expect(top.file?.hasSuffix("CrashSamples/Swift/main.swift") == true)
+        #expect(
+            top.line
+                == (try line(of: "UnsafePointer<Int>(bitPattern: opaque(0x10))", in: "CrashSamples/Swift/main.swift")))
+    }
+
+    @Test func cFramesGetFileAndLineFromDWARF5() throws {
+        let directory = makeTemporaryDirectory("dwarf-c")
+        _ = try run(Paths.cSample, ["null-write"], environment: ["CRASHCAPTURE_DIR": directory])
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let top = try #require(Symbolicator().symbolicate(report).first)
+        #expect(top.function == "sample_null_write")
+        #expect(top.file?.hasSuffix("CrashSamples/Support/support.c") == true)
+        let write = try line(of: "NOINLINE void sample_null_write(void) {", in: "CrashSamples/Support/support.c") + 2
+        #expect(top.line == write)
+    }
+
+    @Test func librariesWithoutDebugInfoStillGetNames() throws {
+        let image = try ELFImage(path: "/lib/x86_64-linux-gnu/libz.so.1")
+        let crc = try #require(image.symbols.first { $0.name == "crc32" })
+        #expect(image.location(of: crc.address) == nil)
+    }
+}
