@@ -4,6 +4,7 @@ import CrashCaptureCollector
 import CrashFileFormat
 import CrashSymbolication
 import Foundation
+import Logging
 import ProcessSupport
 
 @main
@@ -14,6 +15,13 @@ struct Crashcap: ParsableCommand {
         version: CrashCapture.version,
         subcommands: [Harness.self, Show.self, Replay.self, Upload.self, Collect.self]
     )
+
+    /// The library's diagnostics (a damaged store moved aside, say) go to stderr, as the
+    /// CLI's own messages do.
+    static func main() {
+        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        main(nil)
+    }
 }
 
 /// Failures with a message for a person and an exit code for a script.

@@ -1,4 +1,5 @@
 internal import CCrashCapture
+internal import CCrashFileFormat
 internal import CrashFileFormat
 internal import Foundation
 internal import Synchronization
@@ -230,7 +231,7 @@ final class EventPipeline: @unchecked Sendable {
     /// What every event of this session (and login) has in common, from the middle of `lib` to
     /// the middle of `properties`: most of each event's bytes, so it is stored once, not per row.
     func sharedText(_ ids: DistinctIdentity, pid: Int32) -> String {
-        var json = "\"$lib\":\"CrashCapture\",\"$lib_version\":\"\(CrashCapture.version)\",\"$app_version\":"
+        var json = "\"$lib\":\"\(CCF_LIB_NAME)\",\"$lib_version\":\"\(CrashCapture.version)\",\"$app_version\":"
         JSONText.appendQuoted(identity.appVersion, to: &json)
         json += "},\"distinct_id\":"
         JSONText.appendQuoted(ids.distinctID, to: &json)
