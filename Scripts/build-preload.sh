@@ -13,6 +13,6 @@ src="$root/Sources/CCrashCapture"
 format="$root/Sources/CCrashFileFormat/include"
 flags="-std=gnu11 -O2 -g -fPIC -fvisibility=hidden -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -I$src/include -I$format -I$src"
 link="-shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-soname"
-$cc $flags $link,libcrashcapture.so -o "$out/libcrashcapture.so" "$src"/signal_safe/*.c "$src"/install/*.c -ldl -lpthread
-$cc $flags $link,libCrashCapturePreload.so -o "$out/libCrashCapturePreload.so" "$src"/signal_safe/*.c "$src"/install/*.c "$src/preload/preload.c" -ldl -lpthread
+$cc $flags $link,libcrashcapture.so -o "$out/libcrashcapture.so" "$src"/signal_safe/*.c "$src"/install/*.c "$src"/journal/*.c -ldl -lpthread
+$cc $flags $link,libCrashCapturePreload.so -o "$out/libCrashCapturePreload.so" "$src"/signal_safe/*.c "$src"/install/*.c "$src"/journal/*.c "$src/preload/preload.c" -ldl -lpthread
 echo "built $out/libcrashcapture.so and $out/libCrashCapturePreload.so"

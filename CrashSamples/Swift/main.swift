@@ -89,10 +89,56 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
     case "pipeline-login":
         try! CrashCapture.login("user-42")
         trackAll()
+    case "pipeline-crash-now":
+        // No flush: the events are only in the journal when the crash comes.
+        trackAll()
+        _ = crashSwiftNullRead()
+    case "pipeline-storm":
+        trackUntilKilled()
+    case "pipeline-oom":
+        trackAll()
+        FileHandle.standardOutput.write(Data("ready\n".utf8))
+        var hoard: [UnsafeMutableRawPointer] = []
+        while true {
+            // Touched, so the pages count against the memory cgroup until the OOM killer acts.
+            let block = malloc(1 << 20)!
+            memset(block, 0x5a, 1 << 20)
+            hoard.append(block)
+        }
     default:
         return false
     }
     return true
+}
+
+/// Four threads track numbered events until the process is killed. After each track() returns,
+/// the thread's count in CRASH_SAMPLE_ACK_FILE (five little-endian Int64, mapped shared) says so,
+/// and the fifth is `droppedBeforeStore`: the test knows which events the library accepted,
+/// whenever the kill comes.
+func trackUntilKilled() -> Never {
+    guard let path = ProcessInfo.processInfo.environment["CRASH_SAMPLE_ACK_FILE"] else {
+        fail("pipeline-storm needs CRASH_SAMPLE_ACK_FILE")
+    }
+    let fd = open(path, O_RDWR | O_CREAT, 0o600)
+    guard fd >= 0, ftruncate(fd, 40) == 0,
+        let mapped = mmap(nil, 40, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), mapped != MAP_FAILED
+    else { fail("cannot map \(path)") }
+    let address = UInt(bitPattern: mapped)
+    for thread in 0..<4 {
+        Thread {
+            let counts = UnsafeMutablePointer<Int64>(bitPattern: address)!
+            var index = 0
+            while true {
+                try! CrashCapture.track(
+                    "storm_event", properties: ["thread": .int(thread), "index": .int(index), "pad": "0123456789"])
+                index += 1
+                counts[4] = Int64(CrashCapture.droppedBeforeStore)
+                counts[thread] = Int64(index)
+            }
+        }.start()
+    }
+    FileHandle.standardOutput.write(Data("ready\n".utf8))
+    while true { sleep(10) }
 }
 
 let swiftKindNames = [
@@ -119,7 +165,10 @@ func runSwiftKind(_ name: String) -> Bool {
 
 func allKinds() -> [String] {
     var names =
-        swiftKindNames + ["pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login"]
+        swiftKindNames + [
+            "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-oom",
+        ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
         names.append(String(cString: name))
@@ -204,7 +253,8 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
             .init(
                 directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
                 staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
-                upload: upload))
+                upload: upload,
+                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) } ?? 8 << 20))
     } catch {
         fail("crash capture not installed: \(error)")
     }

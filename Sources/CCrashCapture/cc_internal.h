@@ -134,6 +134,12 @@ void cc_after_fork_in_child(void);
 extern int cc_termination_pipe[2];
 void cc_termination_handler(int signo);
 
+// journal/session_journal.c: the session file and the journal in it.
+int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const char **step);
+void cc_session_file_detach_in_child(void);
+void cc_session_file_close(bool remove);
+bool cc_session_file_is_sdk(void);
+
 // install/threads.c
 void cc_threads_enable(bool enabled);
 

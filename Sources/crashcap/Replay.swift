@@ -89,10 +89,13 @@ extension Crashcap {
         static let configuration = CommandConfiguration(
             abstract: "Import the crash files in a directory into its event store, then upload.",
             discussion: """
-                Each crash file's records are verified, its stack symbolicated, and its events stored \
-                exactly once; the file is then deleted (or archived). Damaged files go to DIRECTORY/damaged \
-                with a note of what was wrong where. Exit status 65 when any file was damaged, 75 when \
-                events are left unsent.
+                Sessions of processes that are gone without a clean end are closed first: what their \
+                journals hold is imported exactly once, and each gets one $AppEnd (reason killed, oom_kill \
+                or reboot) unless a crash file gives it one. Each crash file's records are verified, its \
+                stack symbolicated (the session's last events attached as breadcrumbs), and its events \
+                stored exactly once; the file is then deleted (or archived). Damaged files go to \
+                DIRECTORY/damaged with a note of what was wrong where. Exit status 65 when any file was \
+                damaged, 75 when events are left unsent.
                 """)
 
         @OptionGroup var options: DirectoryOptions
@@ -109,9 +112,14 @@ extension Crashcap {
             let endpoint = try target.endpoint
             var replayer = CrashReplayer(directory: options.directory, store: store)
             replayer.archive = archive
+            let recovery = SessionRecovery(replayer: replayer)
             let bar = ProgressBar(enabled: !json && isatty(STDERR_FILENO) == 1)
-            let summary = replayer.replayAll { done, total in bar.update(done, of: total) }
+            let recovered = recovery.recoverAll { done, total in bar.update(done, of: total) }
             bar.finish()
+            var summary = recovered.crashFiles
+            summary.files += recovered.sessions.compactMap(\.crashFile)
+            summary.files.sort { $0.path < $1.path }
+            let damagedSessions = recovered.sessions.filter { $0.outcome == .damaged }
             if json {
                 let files = summary.files.map { file -> [String: Any] in
                     [
@@ -119,7 +127,16 @@ extension Crashcap {
                         "problems": file.problems.map(\.description), "moved_to": file.movedTo ?? NSNull(),
                     ]
                 }
-                let data = try JSONSerialization.data(withJSONObject: files, options: [.sortedKeys, .prettyPrinted])
+                let sessions = recovered.sessions.map { session -> [String: Any] in
+                    [
+                        "path": session.path, "session_id": session.sessionID, "outcome": session.outcome.rawValue,
+                        "imported_events": session.importedEvents, "skipped_stretches": session.skippedStretches,
+                        "end_reason": session.endReason ?? NSNull(), "problem": session.problem ?? NSNull(),
+                    ]
+                }
+                let data = try JSONSerialization.data(
+                    withJSONObject: ["crash_files": files, "sessions": sessions],
+                    options: [.sortedKeys, .prettyPrinted])
                 print(String(decoding: data, as: UTF8.self))
             } else {
                 print(
@@ -131,10 +148,24 @@ extension Crashcap {
                     print("damaged: \(file.path) -> \(file.movedTo ?? "left in place")")
                     file.problems.forEach { print("  \($0)") }
                 }
+                let sessions = recovered.sessions
+                let closed = sessions.filter { $0.outcome == .closed }
+                let ended = Dictionary(grouping: closed.compactMap(\.endReason), by: { $0 }).mapValues(\.count)
+                print(
+                    "\(sessions.count) unfinished sessions: \(closed.count) closed "
+                        + "(\(closed.reduce(0) { $0 + $1.importedEvents }) events from their journals"
+                        + (ended.isEmpty
+                            ? ""
+                            : "; ended "
+                                + ended.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(
+                                    separator: ", "))
+                        + "), \(sessions.filter { $0.outcome == .alive }.count) alive, "
+                        + "\(sessions.filter { $0.outcome == .busy }.count) busy, \(damagedSessions.count) damaged")
+                for session in damagedSessions { print("damaged: \(session.path): \(session.problem ?? "")") }
             }
             var complete = true
             if let endpoint { complete = try target.upload(store, to: endpoint) }
-            if summary.count(.damaged) > 0 { throw ExitCode(65) }
+            if summary.count(.damaged) > 0 || !damagedSessions.isEmpty { throw ExitCode(65) }
             if !complete { throw ExitCode(75) }
         }
     }

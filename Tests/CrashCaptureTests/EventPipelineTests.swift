@@ -7,39 +7,65 @@ import Testing
 @testable import CrashCapture
 
 @Suite struct EventPipelineTests {
-    func pipeline(maximumPending: Int) throws -> EventPipeline {
+    func pipeline(journalBytes: Int = 1 << 20) throws -> EventPipeline {
         let store = try EventStore(path: makeTemporaryDirectory("pipeline-unit") + "/events.sqlite")
         let identity = EventPipeline.Identity(
             sessionID: "session", appVersion: "1", staticProperties: "\"k\":1", distinctID: "anonymous")
-        return EventPipeline(store: store, identity: identity, uploader: nil, maximumPending: maximumPending)
+        return EventPipeline(store: store, identity: identity, uploader: nil, memoryJournalBytes: journalBytes)
     }
 
     func event(_ index: Int) -> PendingEvent {
         PendingEvent(name: "e", properties: ["index": .int(index)], timeMilliseconds: 0, method: "code")
     }
 
-    @Test func theLimitCountsEveryQueueTogether() throws {
-        let pipeline = try pipeline(maximumPending: 10)
-        // Hold the writer so that nothing drains while the queues fill.
+    @Test func aFullJournalDropsAndCountsWithoutBlocking() throws {
+        let pipeline = try pipeline(journalBytes: 64 << 10)
+        // Hold the writer so that nothing drains while the journal fills.
         let held = DispatchSemaphore(value: 0)
         pipeline.onWriter { held.wait() }
         let group = DispatchGroup()
         for thread in 0..<4 {
             group.enter()
             Thread {
-                for index in 0..<25 { pipeline.enqueue(event(thread * 100 + index)) }
+                for index in 0..<1000 { pipeline.enqueue(event(thread * 10_000 + index)) }
                 group.leave()
             }.start()
         }
-        group.wait()
-        #expect(pipeline.droppedBeforeStore == 90)
+        #expect(group.wait(timeout: .now() + 30) == .success, "track() waited for the writer")
+        let dropped = pipeline.droppedBeforeStore
+        #expect(dropped > 0 && dropped < 4000)
         held.signal()
         pipeline.flushToStore()
-        #expect(pipeline.store.count == 10)
+        #expect(pipeline.store.count + dropped == 4000)
+        // Room again once the writer caught up.
+        pipeline.enqueue(event(99))
+        pipeline.flushToStore()
+        #expect(pipeline.droppedBeforeStore == dropped)
+    }
+
+    @Test func entriesThatWrapAroundTheRingEndReadBackWhole() throws {
+        // A small ring, events of every size up to a third of it: many wrap around its end.
+        let pipeline = try pipeline(journalBytes: 64 << 10)
+        var expected: [String] = []
+        for index in 0..<600 {
+            let text = String(repeating: "x", count: (index * 97) % 20_000)
+            expected.append(text)
+            pipeline.enqueue(
+                PendingEvent(name: "e", properties: ["text": .string(text)], timeMilliseconds: 0, method: "code"))
+            if index % 2 == 1 { pipeline.flushToStore() }
+        }
+        pipeline.flushToStore()
+        #expect(pipeline.droppedBeforeStore == 0)
+        let texts = try pipeline.store.events(limit: 1000).map { stored in
+            let event = try #require(
+                try JSONSerialization.jsonObject(with: Data(stored.payload.utf8)) as? [String: Any])
+            return try #require((event["properties"] as? [String: Any])?["text"] as? String)
+        }
+        #expect(texts == expected)
     }
 
     @Test func storedEventsReadBackAsWholeSensorsEvents() throws {
-        let pipeline = try pipeline(maximumPending: 100)
+        let pipeline = try pipeline()
         pipeline.enqueue(
             PendingEvent(
                 name: "Buy", properties: ["item": "tea", "count": .int(2)], timeMilliseconds: 1234, method: "code"))
@@ -81,24 +107,5 @@ import Testing
         #expect(events[2]["login_id"] == nil, "after logout")
         // What is shared is stored once: a row is far smaller than the event it reads back as.
         #expect(pipeline.store.byteCount < stored.reduce(0) { $0 + $1.payload.utf8.count } / 2)
-    }
-
-    @Test func threadsSpreadOverTheQueues() {
-        // Threads alive at once, so their control blocks are distinct; the old hash sent every
-        // worker thread to the same queue.
-        let indexes = Mutex<Set<Int>>([])
-        let started = DispatchGroup()
-        let release = DispatchSemaphore(value: 0)
-        for _ in 0..<8 {
-            started.enter()
-            Thread {
-                indexes.withLock { _ = $0.insert(EventPipeline.shardIndex()) }
-                started.leave()
-                release.wait()
-            }.start()
-        }
-        started.wait()
-        for _ in 0..<8 { release.signal() }
-        #expect(indexes.withLock { $0.count } >= 3)
     }
 }

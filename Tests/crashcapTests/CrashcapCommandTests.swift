@@ -46,8 +46,13 @@ import Testing
         _ = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
         let result = try run(Paths.crashcap, ["replay", directory, "--json"])
         #expect(result.exitCode == 0)
-        let files = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let files = try #require(object["crash_files"] as? [[String: Any]])
         #expect(files.count == 1 && files[0]["outcome"] as? String == "imported")
         #expect(files[0]["imported_events"] as? Int == 2)
+        // The C session's own file: closed with the crash, its $AppEnd came from the crash file.
+        let sessions = try #require(object["sessions"] as? [[String: Any]])
+        #expect(sessions.count == 1 && sessions[0]["outcome"] as? String == "closed")
+        #expect(sessions[0]["end_reason"] is NSNull)
     }
 }

@@ -94,9 +94,15 @@ CRASHCAPTURE_API const char *crashcapture_static_properties_json(void);
 /// walked through frame pointers only.
 CRASHCAPTURE_API int crashcapture_has_libunwind(void);
 
-/// Marks the session as ended normally: the crash file is removed. Called automatically at
+/// Marks the session as ended normally: the crash file and the session file are removed. Called automatically at
 /// exit(); a later crash of this process (from an atexit handler) is still captured.
 CRASHCAPTURE_API void crashcapture_end_session(void);
+
+/// Records that the session is still alive. A session killed without a crash (SIGKILL, the
+/// OOM killer) is closed at the next replay with an $AppEnd whose duration runs up to the last
+/// such call (install counts as one). Two stores into a shared mapping: cheap enough for any
+/// main loop. The Swift SDK calls it every 2 s by itself.
+CRASHCAPTURE_API void crashcapture_session_alive(void);
 
 /// Replaces the C-level distinct id (after a login), so crash reports carry it too.
 /// Returns 0, or -1 when the id is not 1 to 255 printable bytes without quotes or backslashes.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cc_internal.h"
+#include "crashcapture_sdk.h"
 
 cc_state cc_global = {.fd = -1, .dir_fd = -1};
 
@@ -336,6 +337,8 @@ void crashcapture_end_session(void) {
     // From here on a crash (in a later atexit handler, say) is still reported, without a
     // second $AppEnd: the normal one was already tracked.
     atomic_store(&cc_global.session_ended, 1);
+    // The SDK removes its session file itself, once its $AppEnd is in the store.
+    if (!cc_session_file_is_sdk()) crashcapture_session_retire();
     if (cc_global.anonymous_file) return;
     unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
     int fd = cc_global.fd;
@@ -347,7 +350,22 @@ static void cc_at_exit(void) { crashcapture_end_session(); }
 
 // MARK: - Public
 
+static void cc_after_fork(void) {
+    cc_session_file_detach_in_child();
+    cc_after_fork_in_child();
+}
+
+static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk);
+
 int crashcapture_install(const crashcapture_config *config) {
+    return cc_install(config, 0, CCF_LIFECYCLE_AT_REPLAY, false);
+}
+
+int crashcapture_install_sdk(const crashcapture_config *config, size_t journal_bytes, int tracks_lifecycle) {
+    return cc_install(config, journal_bytes, tracks_lifecycle ? CCF_LIFECYCLE_TRACKED : CCF_LIFECYCLE_NONE, true);
+}
+
+static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk) {
     pthread_mutex_lock(&cc_install_lock);
     int result = 0;
     if (atomic_load(&cc_global.installed)) goto done;
@@ -407,6 +425,16 @@ int crashcapture_install(const crashcapture_config *config) {
         cc_global.dir_fd = -1;
         goto done;
     }
+    err = cc_session_file_create(journal_bytes, lifecycle, sdk, &step);
+    if (err != 0) {
+        result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
+        if (cc_global.fd >= 0) close(cc_global.fd);
+        cc_global.fd = -1;
+        if (!cc_global.anonymous_file) unlinkat(dir_fd, cc_global.file_name, 0);
+        close(dir_fd);
+        cc_global.dir_fd = -1;
+        goto done;
+    }
     cc_modules_capture();
     cc_load_libunwind();
     cc_hook_runtimes();
@@ -416,13 +444,14 @@ int crashcapture_install(const crashcapture_config *config) {
     if (cc_install_signal_handlers() != 0) {
         atomic_store(&cc_global.installed, 0);
         cc_restore_signal_handlers();
+        cc_session_file_close(true);
         result = -1;
         goto done;
     }
     if (!cc_hooks_registered) {
         cc_hooks_registered = true;
         atexit(cc_at_exit);
-        pthread_atfork(NULL, NULL, cc_after_fork_in_child);
+        pthread_atfork(NULL, NULL, cc_after_fork);
     }
 done:
     pthread_mutex_unlock(&cc_install_lock);
@@ -436,6 +465,7 @@ void crashcapture_uninstall(void) {
         cc_unhook_runtimes();
         cc_threads_enable(false);
         crashcapture_end_session();
+        cc_session_file_close(true);
         atomic_store(&cc_global.installed, 0);
         if (cc_global.fd >= 0) close(cc_global.fd);
         cc_global.fd = -1;

@@ -28,6 +28,62 @@ enum ccf_record_type {
     CCF_RECORD_TIMING = 3,   // handler timings, written after the fdatasync of the events
 };
 
+// A session file (`session-<id>.ccs`) is created at install and named from the start, so
+// that it outlives any death of its process: a header page (little-endian, the offsets
+// below), then, for the Swift SDK, a ring of journal entries that track() writes through a
+// shared mapping before it returns. A clean end removes the file; any other end leaves it
+// for the next replay, which imports what the journal holds and pairs the session.
+#define CCF_SESSION_FILE_PREFIX "session-"
+#define CCF_SESSION_FILE_EXTENSION "ccs"
+#define CCF_SESSION_MAGIC "CCS1"
+#define CCF_SESSION_VERSION 1
+/// The header's fixed part. The context JSON follows it (session and distinct id, app version,
+/// static properties, the memory cgroup's OOM counter file); the ring starts at `header_size`.
+#define CCF_SESSION_FIXED_SIZE 256
+#define CCF_SESSION_PAGE 4096
+/// Readers refuse larger rings: a corrupt header never makes them read or allocate more.
+#define CCF_SESSION_MAXIMUM_RING 268435456  // 256 MiB
+#define CCF_SESSION_MAXIMUM_CONTEXT 65536
+
+enum ccf_session_offset {
+    CCF_SESSION_AT_MAGIC = 0,             // 4 bytes "CCS1"
+    CCF_SESSION_AT_VERSION = 4,           // u32
+    CCF_SESSION_AT_HEADER_SIZE = 8,       // u32: where the ring starts, a multiple of 4096
+    CCF_SESSION_AT_LIFECYCLE = 12,        // u32: enum ccf_session_lifecycle
+    CCF_SESSION_AT_RING_SIZE = 16,        // u64: ring bytes, a multiple of 8 (0: no journal)
+    CCF_SESSION_AT_START_WALL_MS = 24,    // i64
+    CCF_SESSION_AT_START_MONO_NS = 32,    // i64 CLOCK_MONOTONIC
+    CCF_SESSION_AT_PID = 40,              // i64
+    CCF_SESSION_AT_START_TICKS = 48,      // u64: /proc/<pid>/stat field 22
+    CCF_SESSION_AT_ALIVE_WALL_MS = 56,    // i64, refreshed while the process lives
+    CCF_SESSION_AT_ALIVE_MONO_NS = 64,    // i64
+    CCF_SESSION_AT_OOM_KILLS = 72,        // u64: the memory cgroup's oom_kill count at start, or all ones
+    CCF_SESSION_AT_RESERVED = 80,         // u64: logical end of the ring space handed out
+    CCF_SESSION_AT_CONSUMED = 88,         // u64: logical position up to which entries are in the store
+    CCF_SESSION_AT_DROPPED = 96,          // u64: events refused because the ring was full
+    CCF_SESSION_AT_CONTEXT_SIZE = 104,    // u32: bytes of context JSON at CCF_SESSION_FIXED_SIZE
+    CCF_SESSION_AT_SESSION_ID = 112,      // 32 hex digits, NUL
+    CCF_SESSION_AT_BOOT_ID = 152,         // 36 characters, NUL
+    CCF_SESSION_AT_PID_NAMESPACE = 192,   // u64: inode of /proc/self/ns/pid
+};
+
+enum ccf_session_lifecycle {
+    CCF_LIFECYCLE_NONE = 0,      // no lifecycle events for this session
+    CCF_LIFECYCLE_TRACKED = 1,   // the SDK tracked $AppStart into the journal; replay adds only a missing $AppEnd
+    CCF_LIFECYCLE_AT_REPLAY = 2, // C and preload: replay writes $AppStart, and $AppEnd if none came
+};
+
+/// A journal entry: at a multiple of 8 in the ring (wrapping at its end), a 24-byte header
+/// then the payload, padded to 8. The first word is the entry's logical position, stored last
+/// (release): an entry is whole only when that word equals its position and the CRC-32 (of
+/// position, type, length and payload) matches, so a torn entry is skipped, never half-read.
+#define CCF_JOURNAL_ENTRY_MAGIC "CCJ1"
+#define CCF_JOURNAL_HEADER_SIZE 24
+enum ccf_journal_entry_type {
+    CCF_JOURNAL_EVENT = 1,     // an event's JSON, its shared part replaced by 0x01
+    CCF_JOURNAL_IDENTITY = 2,  // {"distinct_id":..[,"login_id":..]} for the events after it
+};
+
 /// The `$lib` value of every event CrashCapture writes, from C or from Swift.
 #define CCF_LIB_NAME "CrashCapture"
 

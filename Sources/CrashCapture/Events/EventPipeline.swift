@@ -4,7 +4,7 @@ internal import CrashFileFormat
 internal import Foundation
 internal import Synchronization
 
-/// An event waiting for the writer: captured on the caller's thread, serialized off it.
+/// An event as track() hands it over: serialized on the caller's thread into the journal.
 struct PendingEvent: Sendable {
     var name: String
     var properties: [String: PropertyValue]
@@ -20,19 +20,13 @@ struct DistinctIdentity: Sendable, Equatable {
     var loginID: String?
 }
 
-/// What track() and login() hand the writer, in calling order.
-enum Queued: Sendable {
-    case event(PendingEvent)
-    /// Events queued after this carry these ids.
-    case identity(DistinctIdentity)
-}
-
-/// track() → in-memory queue → one background writer that serializes and inserts in batches
-/// → SQLite store → uploader. track() never touches the disk or the network.
-/// `@unchecked`: the queues are behind their shard locks, the counters are atomics, the login
-/// id is behind `lock`, and `counter`/`written` are touched only on the writer queue.
+/// track() → journal (a shared mapping of the session file: the event survives any death of
+/// the process once track() returns) → one background writer that moves entries into SQLite in
+/// transactions → uploader. track() never makes a system call.
+/// `@unchecked`: the journal is lock-free (C atomics), the login id is behind `lock`, and
+/// `written`, `readPosition` and `scratch` are touched only on the writer queue.
 final class EventPipeline: @unchecked Sendable {
-    struct Identity {
+    struct Identity: Sendable {
         var sessionID: String
         var appVersion: String
         var staticProperties: String
@@ -43,72 +37,84 @@ final class EventPipeline: @unchecked Sendable {
     let store: EventStore
     let identity: Identity
     let uploader: Uploader?
-    /// Beyond this many events waiting for the writer, track() drops (and counts) instead of
-    /// growing memory without bound or blocking the caller.
-    let maximumPending: Int
+    let journal: OpaquePointer
+    private let ownsJournal: Bool
+    /// Whether this session tracks $AppStart/$AppEnd.
+    let tracksLifecycle: Bool
 
-    /// track() appends to one of several queues, picked by thread, so callers on different
-    /// threads rarely meet on a lock; a global sequence number keeps the order they were called in.
-    private final class Shard: @unchecked Sendable {  // `items` only under `lock`
-        let lock = NSLock()
-        var items: [(sequence: UInt64, item: Queued)] = []
-    }
-
-    private static let shardBits = 3
-    private let shards = (0..<(1 << EventPipeline.shardBits)).map { _ in Shard() }
-    private let pending = Atomic<Int>(0)
-    private let dropped = Atomic<Int>(0)
     private let drainScheduled = Atomic<Bool>(false)
     private let sequence = Atomic<UInt64>(0)
     private let lock = NSLock()
-    /// Events numbered so far (their ids); the writer's alone.
-    private var counter: UInt64 = 0
     private var loginID: String?
-    /// The identity of the events the writer is serializing now; the writer's alone.
+    /// The identity of the entries the writer reads now; the writer's alone.
     private var written: DistinctIdentity
+    /// The next journal position the writer reads; the writer's alone.
+    private var readPosition: UInt64
+    /// Where an entry that wraps around the ring's end is copied to be read whole.
+    private let scratch = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CCF_MAXIMUM_PAYLOAD))
     private let writer = DispatchQueue(label: "CrashCapture.writer", qos: .utility)
+    private var aliveTimer: DispatchSourceTimer?
     private var ended = false
 
-    init(store: EventStore, identity: Identity, uploader: Uploader?, maximumPending: Int = 1_000_000) {
+    /// `journal`: the installed session's (nil: a journal of `memoryJournalBytes` in memory,
+    /// for tests of the pipeline alone).
+    init(
+        store: EventStore, identity: Identity, uploader: Uploader?, journal: OpaquePointer? = nil,
+        memoryJournalBytes: Int = 8 << 20, tracksLifecycle: Bool = true
+    ) {
+        self.tracksLifecycle = tracksLifecycle
         self.store = store
         self.identity = identity
         self.uploader = uploader
-        self.maximumPending = maximumPending
+        if let journal {
+            self.journal = journal
+            ownsJournal = false
+        } else {
+            self.journal = crashcapture_journal_create_in_memory(memoryJournalBytes)!
+            ownsJournal = true
+        }
         written = DistinctIdentity(distinctID: identity.distinctID, loginID: nil)
+        readPosition = crashcapture_journal_consumed(self.journal)
     }
 
-    func enqueue(_ event: PendingEvent) { enqueue(.event(event)) }
+    deinit {
+        aliveTimer?.cancel()
+        if ownsJournal { crashcapture_journal_destroy_in_memory(journal) }
+        scratch.deallocate()
+    }
 
-    private func enqueue(_ item: Queued) {
-        // The limit counts every queue together, however the calling threads spread over them.
-        // A change of identity is never dropped: it would mislabel every event after it.
-        let full = pending.wrappingAdd(1, ordering: .relaxed).oldValue >= maximumPending
-        if full, case .event = item {
-            pending.wrappingSubtract(1, ordering: .relaxed)
-            dropped.wrappingAdd(1, ordering: .relaxed)
-            return
-        }
-        let order = sequence.wrappingAdd(1, ordering: .relaxed).newValue
-        let shard = shards[Self.shardIndex()]
-        shard.lock.lock()
-        shard.items.append((order, item))
-        shard.lock.unlock()
-        if drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+    /// Once this returns, the event is in the journal (or counted as dropped: the journal was full).
+    func enqueue(_ event: PendingEvent) {
+        let id =
+            event.eventID ?? identity.sessionID + "-"
+            + Self.padded(sequence.wrappingAdd(1, ordering: .relaxed).newValue)
+        var text = journalText(event, id: id)
+        append(UInt32(CCF_JOURNAL_EVENT.rawValue), &text)
+    }
+
+    private func append(_ type: UInt32, _ text: inout String) {
+        let appended = text.withUTF8 { crashcapture_journal_append(journal, type, $0.baseAddress, $0.count) == 0 }
+        if appended,
+            drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        {
             writer.async { self.drain() }
         }
-    }
-
-    /// The queue for the calling thread. pthread_t is the address of the thread's control
-    /// block, and those of different threads differ only in high bits (they sit a stack apart):
-    /// a multiplicative hash spreads all of them over the queues.
-    static func shardIndex() -> Int {
-        let hash = UInt64(UInt(pthread_self())) &* 0x9E37_79B9_7F4A_7C15
-        return Int(truncatingIfNeeded: hash >> UInt64(64 - shardBits))
     }
 
     /// Runs work on the writer queue, ahead of events tracked after this call.
     func onWriter(_ work: @escaping @Sendable () -> Void) {
         writer.async(execute: work)
+    }
+
+    /// Faults the journal's pages in off the caller's thread, then refreshes the session's
+    /// last-alive time every 2 s (one wake-up, two stores into the mapping).
+    func startBackgroundWork() {
+        writer.async { crashcapture_journal_prefault(self.journal) }
+        let timer = DispatchSource.makeTimerSource(queue: writer)
+        timer.schedule(deadline: .now() + 2, repeating: 2, leeway: .milliseconds(500))
+        timer.setEventHandler { crashcapture_session_alive() }
+        timer.resume()
+        aliveTimer = timer
     }
 
     var currentLoginID: String? {
@@ -118,13 +124,16 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     /// Events tracked from now on carry `distinctID` (the login id, or the anonymous id after a
-    /// logout). It is queued like an event, so events tracked before it keep the old ids however
-    /// late the writer gets to them.
+    /// logout). It goes through the journal like an event, so events tracked before it keep
+    /// the old ids however late the writer gets to them.
     func setLoginID(_ id: String?, distinctID: String) {
         lock.lock()
         loginID = id
         lock.unlock()
-        enqueue(.identity(DistinctIdentity(distinctID: distinctID, loginID: id)))
+        var text = "{\"distinct_id\":" + JSONText.quoted(distinctID)
+        if let id { text += ",\"login_id\":" + JSONText.quoted(id) }
+        text += "}"
+        append(UInt32(CCF_JOURNAL_IDENTITY.rawValue), &text)
     }
 
     /// Waits until every event tracked before this call is in the store.
@@ -132,72 +141,60 @@ final class EventPipeline: @unchecked Sendable {
         writer.sync { self.drain() }
     }
 
-    var droppedBeforeStore: Int { dropped.load(ordering: .relaxed) }
+    /// Whether everything the journal was given is in the store.
+    var journalIsEmpty: Bool { crashcapture_journal_consumed(journal) == crashcapture_journal_reserved(journal) }
 
+    var droppedBeforeStore: Int { Int(crashcapture_journal_dropped(journal)) }
+
+    /// Moves the committed journal entries into the store, in order, in transactions of at most
+    /// `chunkSize` events; each transaction also records how far the journal is imported, so a
+    /// death at any moment neither loses nor repeats an event.
     private func drain() {
-        // Cleared before the queues are emptied: an event added after this schedules another drain.
+        // Cleared before reading: an entry committed after this schedules another drain.
         drainScheduled.store(false, ordering: .sequentiallyConsistent)
-        var batch: [(sequence: UInt64, item: Queued)] = []
-        for shard in shards {
-            shard.lock.lock()
-            batch += shard.items
-            shard.items.removeAll(keepingCapacity: true)
-            shard.lock.unlock()
-        }
-        guard !batch.isEmpty else { return }
-        pending.wrappingSubtract(batch.count, ordering: .relaxed)
-        batch.sort { $0.sequence < $1.sequence }
-        // Events, and the stretches of them that share one identity (and so one shared text).
-        var events: [PendingEvent] = []
-        events.reserveCapacity(batch.count)
-        var stretches: [(range: Range<Int>, shared: String)] = []
-        let pid = getpid()
-        var start = 0
-        for (_, item) in batch {
-            switch item {
-            case .event(let event): events.append(event)
-            case .identity(let identity):
-                if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
-                written = identity
-                start = events.count
+        var rows: [(id: String, payload: String)] = []
+        var position = readPosition
+        var entry = crashcapture_journal_entry()
+        while crashcapture_journal_read(journal, position, &entry, scratch, Int(CCF_MAXIMUM_PAYLOAD)) == 1 {
+            let bytes = UnsafeRawBufferPointer(start: entry.payload, count: Int(entry.length))
+            switch entry.type {
+            case UInt32(CCF_JOURNAL_EVENT.rawValue):
+                if let row = JournalEntries.eventRow(bytes) { rows.append(row) }
+            case UInt32(CCF_JOURNAL_IDENTITY.rawValue):
+                if let identity = JournalEntries.identity(bytes) {
+                    if !rows.isEmpty {
+                        guard commit(&rows, upTo: position) else { return }
+                    }
+                    written = identity
+                }
+            default: break
+            }
+            position = entry.next
+            if rows.count >= Self.chunkSize {
+                guard commit(&rows, upTo: position) else { return }
             }
         }
-        if events.count > start { stretches.append((start..<events.count, sharedText(written, pid: pid))) }
-        guard !events.isEmpty else { return }
-        let first = counter
-        counter += UInt64(events.count)
-        let ordered = events
-        // One event's row; ids are fixed width, so they sort in the order they were made and the
-        // unique index appends.
-        let row: @Sendable (Int) -> (id: String, payload: String) = { index in
-            let event = ordered[index]
-            let id = event.eventID ?? self.identity.sessionID + "-" + Self.padded(first + UInt64(index) + 1)
-            return (id, self.serialize(event, id: id))
+        if position != readPosition { _ = commit(&rows, upTo: position) }
+    }
+
+    /// Stores `rows` under the current identity and marks the journal imported up to `position`.
+    private func commit(_ rows: inout [(id: String, payload: String)], upTo position: UInt64) -> Bool {
+        let mark = EventStore.JournalMark(
+            sessionID: identity.sessionID, position: position, distinctID: written.distinctID,
+            loginID: written.loginID)
+        do {
+            try store.insert(rows, context: sharedText(written, pid: getpid()), mark: mark)
+        } catch {
+            // The entries stay in the journal: the next drain, or the next start, stores them.
+            CrashCapture.logger.error("could not store \(rows.count) events: \(error)")
+            return false
         }
-        // A large drain goes in as a pipeline of transactions: while one chunk is inserted on this
-        // thread, the next is serialized on another core. Order is kept: chunks go in one by one.
-        let chunks = stretches.flatMap { stretch in
-            stride(from: stretch.range.lowerBound, to: stretch.range.upperBound, by: Self.chunkSize).map {
-                (range: $0..<min(stretch.range.upperBound, $0 + Self.chunkSize), shared: stretch.shared)
-            }
-        }
-        var rows = chunks[0].range.map(row)
-        for (index, chunk) in chunks.enumerated() {
-            let next = Box<[(id: String, payload: String)]>([])
-            let serializing = DispatchGroup()
-            if index + 1 < chunks.count {
-                let following = chunks[index + 1].range
-                DispatchQueue.global(qos: .utility).async(group: serializing) { next.value = following.map(row) }
-            }
-            do {
-                try store.insert(rows, context: chunk.shared)
-                uploader?.noteInserted()
-            } catch {
-                CrashCapture.logger.error("could not store \(rows.count) events: \(error)")
-            }
-            serializing.wait()
-            rows = next.value
-        }
+        rows.removeAll(keepingCapacity: true)
+        crashcapture_journal_consume(journal, position)
+        readPosition = position
+        crashcapture_session_alive()
+        uploader?.noteInserted()
+        return true
     }
 
     /// Events per insert transaction when a drain is large.
@@ -208,11 +205,13 @@ final class EventPipeline: @unchecked Sendable {
         return String(repeating: "0", count: max(0, 12 - digits.utf8.count)) + digits
     }
 
-    /// An event's own part: name, time, id, method and properties. The marker stands for the rest
-    /// (`sharedText`), which the store keeps once and puts back on every read.
-    func serialize(_ event: PendingEvent, id: String) -> String {
-        var json = "{\"type\":\"track\",\"event\":"
-        json.reserveCapacity(192)
+    /// The journal's text for an event: its id, a newline, then the event's own part (name,
+    /// time, id, method and properties). The marker stands for the rest (`sharedText`), which
+    /// the store keeps once and puts back on every read.
+    func journalText(_ event: PendingEvent, id: String) -> String {
+        var json = id
+        json.reserveCapacity(256)
+        json += "\n{\"type\":\"track\",\"event\":"
         JSONText.appendQuoted(event.name, to: &json)
         json +=
             ",\"time\":\(event.timeMilliseconds),\"event_id\":\"\(id)\",\"lib\":{\"$lib_method\":\"\(event.method)\","
@@ -228,21 +227,14 @@ final class EventPipeline: @unchecked Sendable {
         return json
     }
 
-    /// What every event of this session (and login) has in common, from the middle of `lib` to
-    /// the middle of `properties`: most of each event's bytes, so it is stored once, not per row.
     func sharedText(_ ids: DistinctIdentity, pid: Int32) -> String {
-        var json = "\"$lib\":\"\(CCF_LIB_NAME)\",\"$lib_version\":\"\(CrashCapture.version)\",\"$app_version\":"
-        JSONText.appendQuoted(identity.appVersion, to: &json)
-        json += "},\"distinct_id\":"
-        JSONText.appendQuoted(ids.distinctID, to: &json)
-        if let login = ids.loginID { json += ",\"login_id\":" + JSONText.quoted(login) }
-        json += ",\"session_id\":\"\(identity.sessionID)\",\"properties\":{"
-        if !identity.staticProperties.isEmpty { json += identity.staticProperties + "," }
-        json += "\"$pid\":\(pid)"
-        return json
+        JournalEntries.sharedText(
+            ids, sessionID: identity.sessionID, appVersion: identity.appVersion,
+            staticProperties: identity.staticProperties, pid: pid)
     }
 
-    /// The session's normal end: $AppEnd, everything into the store, a last bounded upload.
+    /// The session's normal end: $AppEnd, everything into the store, the session file removed
+    /// (nothing is left for a later start to pair), a last bounded upload.
     func end(reason: String, uploadDeadline: Double) {
         lock.lock()
         let first = !ended
@@ -259,7 +251,46 @@ final class EventPipeline: @unchecked Sendable {
                 extra:
                     "\"$event_duration\":\(String(format: "%.3f", max(0, elapsed))),\"$app_end_reason\":\"\(reason)\""))
         flushToStore()
-        uploader?.flushNow(deadline: Date().addingTimeInterval(uploadDeadline))
+        if journalIsEmpty {
+            crashcapture_session_retire()
+            try? store.forgetJournal(session: identity.sessionID)
+        }
+        if uploadDeadline > 0 { uploader?.flushNow(deadline: Date().addingTimeInterval(uploadDeadline)) }
+    }
+}
+
+/// Reading journal entries back, for the writer and for the import of a dead session's journal.
+enum JournalEntries {
+    /// An event entry's id and stored payload (the text after the first newline).
+    static func eventRow(_ bytes: UnsafeRawBufferPointer) -> (id: String, payload: String)? {
+        guard let newline = bytes.firstIndex(of: 0x0A) else { return nil }
+        return (
+            String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<newline]), as: UTF8.self),
+            String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(newline + 1)...]), as: UTF8.self)
+        )
+    }
+
+    static func identity(_ bytes: UnsafeRawBufferPointer) -> DistinctIdentity? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+            let distinctID = object["distinct_id"] as? String
+        else { return nil }
+        return DistinctIdentity(distinctID: distinctID, loginID: object["login_id"] as? String)
+    }
+
+    /// What every event of a session (and login) has in common, from the middle of `lib` to
+    /// the middle of `properties`: most of each event's bytes, so it is stored once, not per row.
+    static func sharedText(
+        _ ids: DistinctIdentity, sessionID: String, appVersion: String, staticProperties: String, pid: Int32
+    ) -> String {
+        var json = "\"$lib\":\"\(CCF_LIB_NAME)\",\"$lib_version\":\"\(CrashCapture.version)\",\"$app_version\":"
+        JSONText.appendQuoted(appVersion, to: &json)
+        json += "},\"distinct_id\":"
+        JSONText.appendQuoted(ids.distinctID, to: &json)
+        if let login = ids.loginID { json += ",\"login_id\":" + JSONText.quoted(login) }
+        json += ",\"session_id\":\"\(sessionID)\",\"properties\":{"
+        if !staticProperties.isEmpty { json += staticProperties + "," }
+        json += "\"$pid\":\(pid)"
+        return json
     }
 }
 

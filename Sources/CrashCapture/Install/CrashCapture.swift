@@ -1,4 +1,5 @@
 internal import CCrashCapture
+internal import CCrashFileFormat
 internal import CrashFileFormat
 public import Foundation
 internal import Logging
@@ -41,15 +42,19 @@ public enum CrashCapture: Sendable {
         public var storeLimits: StoreLimits
         /// nil: `<directory>/events.sqlite`.
         public var eventStorePath: String?
-        /// $AppStart at install and $AppEnd at exit, SIGTERM and SIGINT.
+        /// $AppStart at install and $AppEnd at exit, SIGTERM and SIGINT (and, at the next start,
+        /// for a session that was killed).
         public var trackLifecycle: Bool
+        /// Bytes of the journal that holds tracked events until the writer stores them (in the
+        /// session file, reserved on disk at install). When it is full, track() drops and counts.
+        public var journalBytes: Int
 
         /// A configuration with the defaults for everything but where and who.
         public init(
             directory: String, appName: String, appVersion: String, distinctID: String? = nil,
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
-            eventStorePath: String? = nil, trackLifecycle: Bool = true
+            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 8 << 20
         ) {
             self.directory = directory
             self.appName = appName
@@ -62,6 +67,7 @@ public enum CrashCapture: Sendable {
             self.storeLimits = storeLimits
             self.eventStorePath = eventStorePath
             self.trackLifecycle = trackLifecycle
+            self.journalBytes = journalBytes
         }
     }
 
@@ -106,6 +112,10 @@ public enum CrashCapture: Sendable {
         guard configuration.reservedBytes >= 0 else {
             throw CrashCaptureError.invalidArgument("reservedBytes must not be negative")
         }
+        guard configuration.journalBytes >= 64 << 10, configuration.journalBytes <= Int(CCF_SESSION_MAXIMUM_RING) else {
+            throw CrashCaptureError.invalidArgument(
+                "journalBytes must be between 64 KiB and \(CCF_SESSION_MAXIMUM_RING >> 20) MiB")
+        }
         let members = JSONText.members(configuration.staticProperties)
         let status = configuration.directory.withCString { directory in
             configuration.appName.withCString { appName in
@@ -119,7 +129,8 @@ public enum CrashCapture: Sendable {
                             config.distinct_id = distinctID
                             config.prevalidated_properties_json = members
                             config.reserved_bytes = configuration.reservedBytes
-                            return crashcapture_install(&config)
+                            return crashcapture_install_sdk(
+                                &config, configuration.journalBytes, configuration.trackLifecycle ? 1 : 0)
                         }
                     }
                 }
@@ -132,10 +143,17 @@ public enum CrashCapture: Sendable {
     }
 
     /// Restores the handlers that were there before, unless someone replaced ours since, and
-    /// removes this session's crash file. Events already tracked are written to the store first.
+    /// removes this session's crash file. The session ends ($AppEnd, reason `uninstall`, when
+    /// lifecycle events are tracked) and every event tracked is written to the store first.
     public static func uninstall() {
         state.withLock {
-            state.pipeline?.flushToStore()
+            if let pipeline = state.pipeline {
+                if pipeline.tracksLifecycle {
+                    pipeline.end(reason: "uninstall", uploadDeadline: 0)
+                } else {
+                    pipeline.flushToStore()
+                }
+            }
             state.pipeline = nil
             crashcapture_uninstall()
         }
@@ -188,8 +206,8 @@ public enum CrashCapture: Sendable {
         pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
     }
 
-    /// Events track() dropped because more than a million were waiting for the writer (it never
-    /// blocks the caller instead).
+    /// Events track() dropped because the journal was full (it never blocks the caller
+    /// instead): the writer fell `journalBytes` behind.
     public static var droppedBeforeStore: Int { state.current?.droppedBeforeStore ?? 0 }
 
     /// The event store of the installed session, for the package's tools and tests.
@@ -288,7 +306,15 @@ extension CrashCapture {
             sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,
             staticProperties: String(cString: crashcapture_static_properties_json()),
             distinctID: String(cString: crashcapture_distinct_id()))
-        let pipeline = EventPipeline(store: store, identity: identity, uploader: uploader)
+        let journal = crashcapture_session_journal()
+        if crashcapture_journal_is_persistent(journal) == 0 {
+            logger.warning(
+                "no room for the journal in the session file; tracked events wait in memory until stored",
+                metadata: ["directory": "\(directory)"])
+        }
+        let pipeline = EventPipeline(
+            store: store, identity: identity, uploader: uploader, journal: journal,
+            tracksLifecycle: configuration.trackLifecycle)
         state.directory = directory
         state.anonymousID = String(cString: crashcapture_distinct_id())
         if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
@@ -296,16 +322,23 @@ extension CrashCapture {
         {
             pipeline.setLoginID(saved, distinctID: saved)
         }
-        // First on the writer queue: the integrity check, then crash files of earlier sessions,
-        // so that the store keeps the order events happened in.
-        let replayer = CrashReplayer(directory: directory, store: store)
+        // First on the writer queue: the integrity check, then the sessions and crash files of
+        // earlier processes, so that the store keeps the order events happened in.
+        let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
+        pipeline.startBackgroundWork()
         pipeline.onWriter {
             if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {
                 logger.warning("\(notice)")
             }
             try? store.pruneContexts()
-            let summary = replayer.replayAll()
-            for file in summary.files where file.outcome == .damaged {
+            let summary = recovery.recoverAll(excluding: identity.sessionID)
+            for session in summary.sessions where session.outcome == .damaged {
+                logger.error(
+                    "session file could not be closed",
+                    metadata: ["file": "\(session.path)", "problem": "\(session.problem ?? "")"])
+            }
+            let crashFiles = summary.crashFiles.files + summary.sessions.compactMap(\.crashFile)
+            for file in crashFiles where file.outcome == .damaged {
                 logger.error(
                     "damaged crash file set aside",
                     metadata: ["file": "\(file.path)", "moved_to": "\(file.movedTo ?? "left in place")"])

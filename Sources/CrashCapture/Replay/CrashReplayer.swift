@@ -58,11 +58,12 @@ package struct CrashReplayer: Sendable {
         return summary
     }
 
-    package func replay(_ path: String) -> FileResult {
+    /// `breadcrumbs`: the session's last events, from its journal, for the $AppCrashed.
+    package func replay(_ path: String, breadcrumbs: [String] = []) -> FileResult {
         var result = FileResult(path: path, outcome: .imported)
         // One descriptor, locked for the whole import: a named crash file still locked belongs to
         // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         let file = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
         defer { withExtendedLifetime(file) {} }
         let contents: CrashFileContents
@@ -95,7 +96,9 @@ package struct CrashReplayer: Sendable {
                 continue
             }
             var event = event
-            if event["event"] as? String == "$AppCrashed" { event = enrich(event, report: report) }
+            if event["event"] as? String == "$AppCrashed" {
+                event = enrich(event, report: report, breadcrumbs: breadcrumbs)
+            }
             rows.append((id, JSONText.serialize(event)))
         }
         do {
@@ -124,7 +127,7 @@ package struct CrashReplayer: Sendable {
     }
 
     /// Symbolicated frames into the event: names on each frame, and a readable reason.
-    func enrich(_ event: [String: Any], report: CrashReport) -> [String: Any] {
+    func enrich(_ event: [String: Any], report: CrashReport, breadcrumbs: [String] = []) -> [String: Any] {
         var event = event
         let symbols = symbolicator.symbolicate(report)
         var crash = event["crash"] as? [String: Any] ?? [:]
@@ -147,6 +150,7 @@ package struct CrashReplayer: Sendable {
             properties["crash_fdatasync_ms"] = Double(timing.fdatasyncNanoseconds) / 1e6
         }
         properties["app_crashed_reason"] = Self.reason(report: report, symbols: symbols)
+        if !breadcrumbs.isEmpty { properties["crash_breadcrumbs"] = breadcrumbs }
         if let type = report.exceptionType {
             properties["crash_exception_type_demangled"] = Demangler.demangleCxxType(type)
         }

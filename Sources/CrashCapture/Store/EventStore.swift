@@ -212,6 +212,11 @@ package final class EventStore: @unchecked Sendable {
                     rejected_ms INTEGER NOT NULL);
                 CREATE TABLE IF NOT EXISTS imported_ids(event_id TEXT PRIMARY KEY) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS journal_marks(
+                    session_id TEXT PRIMARY KEY,
+                    position INTEGER NOT NULL,
+                    distinct_id TEXT NOT NULL,
+                    login_id TEXT) WITHOUT ROWID;
                 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
                 """)
         } catch let error as SQLiteError where error.isCorruption {
@@ -237,20 +242,43 @@ package final class EventStore: @unchecked Sendable {
         seenStatement = try connection.prepare("SELECT 1 FROM imported_ids WHERE event_id = ?")
     }
 
+    /// How far a session's journal has been imported, and the ids its next entries carry.
+    package struct JournalMark: Sendable, Equatable {
+        package var sessionID: String
+        package var position: UInt64
+        package var distinctID: String
+        package var loginID: String?
+
+        package init(sessionID: String, position: UInt64, distinctID: String, loginID: String?) {
+            self.sessionID = sessionID
+            self.position = position
+            self.distinctID = distinctID
+            self.loginID = loginID
+        }
+    }
+
+    /// A session's $AppStart and $AppEnd (ids ending in -start, -end) may reach the store by
+    /// several roads (the journal, a crash file, the pairing of a killed session): their ids are
+    /// always remembered, so each is stored once even after it was uploaded and deleted.
+    static func isLifecycleID(_ id: String) -> Bool { id.hasSuffix("-start") || id.hasSuffix("-end") }
+
     /// Appends events in the given order in one transaction. An event id already present (or,
     /// with `rememberIDs`, ever imported before) is skipped and counted as a duplicate.
     /// `context`: the text that `contextMarker` stands for in these payloads (stored once).
+    /// `mark`: recorded in the same transaction, so a journal is imported exactly once.
     @discardableResult
     package func insert(
-        _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil
+        _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil,
+        mark: JournalMark? = nil
     ) throws -> InsertResult {
         lock.lock()
         defer { lock.unlock() }
         var result = InsertResult()
         try change {
             let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
+            if let mark { try self.save(mark) }
             for event in events {
-                if rememberIDs {
+                if rememberIDs || Self.isLifecycleID(event.id) {
                     seenStatement.reset()
                     try seenStatement.bind(1, event.id)
                     let seen = try seenStatement.step()
@@ -280,6 +308,48 @@ package final class EventStore: @unchecked Sendable {
             result.dropped = try enforceLimits()
         }
         return result
+    }
+
+    private func save(_ mark: JournalMark) throws {
+        let save = try statement(
+            "INSERT OR REPLACE INTO journal_marks(session_id, position, distinct_id, login_id) VALUES (?, ?, ?, ?)")
+        try save.bind(1, mark.sessionID)
+        try save.bind(2, Int64(bitPattern: mark.position))
+        try save.bind(3, mark.distinctID)
+        if let login = mark.loginID { try save.bind(4, login) } else { try save.bindNull(4) }
+        _ = try save.step()
+    }
+
+    /// Where a session's journal import stands, if it was ever started.
+    package func journalMark(session sessionID: String) throws -> JournalMark? {
+        lock.lock()
+        defer { lock.unlock() }
+        let select = try statement("SELECT position, distinct_id, login_id FROM journal_marks WHERE session_id = ?")
+        defer { select.reset() }
+        try select.bind(1, sessionID)
+        guard try select.step() else { return nil }
+        return JournalMark(
+            sessionID: sessionID, position: UInt64(bitPattern: select.int64(0)), distinctID: select.text(1),
+            loginID: select.isNull(2) ? nil : select.text(2))
+    }
+
+    /// The session file is gone: its mark is no longer needed.
+    package func forgetJournal(session sessionID: String) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let delete = try statement("DELETE FROM journal_marks WHERE session_id = ?")
+        try delete.bind(1, sessionID)
+        _ = try delete.step()
+    }
+
+    /// Whether an event id was ever stored with its id remembered (a lifecycle event, an import).
+    package func hasRemembered(_ id: String) throws -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        seenStatement.reset()
+        try seenStatement.bind(1, id)
+        defer { seenStatement.reset() }
+        return try seenStatement.step()
     }
 
     private var contextIDs: [String: Int64] = [:]

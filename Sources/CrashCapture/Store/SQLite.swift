@@ -101,6 +101,13 @@ final class SQLiteStatement {
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
+    func bindNull(_ index: Int32) throws {
+        let status = sqlite3_bind_null(handle, index)
+        if status != SQLITE_OK { throw connection.error(status) }
+    }
+
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
     /// True while a row is available; false when done.
     @discardableResult
     func step() throws -> Bool {

@@ -1,0 +1,433 @@
+// The session file: named at install so that it outlives any death of the process, with the
+// facts a later replay needs to pair the session (who, since when, which boot, which memory
+// cgroup) and, for the Swift SDK, the journal behind track().
+//
+// The journal is a ring in a MAP_SHARED mapping of that file. A shared file mapping's pages
+// belong to the page cache, not to the process, so an entry copied into it survives SIGKILL,
+// the OOM killer and a crash alike; only power loss or a kernel panic before writeback lose
+// it. Writers reserve space with a compare-and-swap on the header's `reserved` word, copy the
+// entry, and publish it by storing its commit word last; the SDK's writer thread reads entries in
+// position order and, once they are in SQLite, advances `consumed` so their space is reused.
+// The layout is in crashcapture_format.h, shared with the Swift reader used at replay.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/falloc.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+#include "crashcapture_sdk.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+typedef struct cc_session_file {
+    int fd;
+    char *header;        // the mapped header page(s)
+    size_t header_size;
+    char *ring;          // in the file's mapping, or anonymous memory when the file has no ring
+    uint64_t ring_size;
+    bool ring_in_file;
+    bool sdk;            // created by crashcapture_install_sdk: the SDK retires it after its $AppEnd
+    _Atomic bool detached;  // a forked child: nothing here is ours
+    char name[80];
+    char path[PATH_MAX];
+} cc_session_file;
+
+static cc_session_file cc_session = {.fd = -1};
+
+struct crashcapture_journal {
+    _Atomic uint64_t *reserved;
+    _Atomic uint64_t *consumed;
+    _Atomic uint64_t *dropped;
+    char *ring;
+    uint64_t size;
+    bool persistent;
+    _Atomic bool closed;
+    _Atomic uint64_t words[3];  // the counters of a journal without a session file
+};
+
+static crashcapture_journal cc_session_journal;
+
+static void cc_journal_init(crashcapture_journal *j, char *ring, uint64_t size, bool persistent,
+                            _Atomic uint64_t *words) {
+    j->ring = ring;
+    j->size = ring != NULL ? size : 0;
+    j->persistent = persistent;
+    j->reserved = &words[0];
+    j->consumed = &words[1];
+    j->dropped = &words[2];
+    atomic_store(&j->closed, false);
+}
+
+
+static inline _Atomic uint64_t *cc_word(size_t offset) { return (_Atomic uint64_t *)(cc_session.header + offset); }
+
+static void cc_put_u32(char *at, uint32_t value) { memcpy(at, &value, 4); }
+static void cc_put_u64(char *at, uint64_t value) { memcpy(at, &value, 8); }
+
+static size_t cc_read_small_file(const char *path, char *out, size_t cap) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, out, cap - 1);
+    close(fd);
+    if (n < 0) n = 0;
+    out[n] = '\0';
+    return (size_t)n;
+}
+
+static uint64_t cc_process_start_ticks(void) {
+    char stat[1024];
+    if (cc_read_small_file("/proc/self/stat", stat, sizeof(stat)) == 0) return 0;
+    const char *p = strrchr(stat, ')');
+    unsigned long long ticks = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                            &ticks) != 1)
+        return 0;
+    return ticks;
+}
+
+// The file whose `oom_kill` line counts the OOM kills in this process's memory cgroup:
+// memory.events under cgroup v2, memory.oom_control under v1. "" when neither is readable.
+static void cc_memory_cgroup_counter(char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *cgroups = fopen("/proc/self/cgroup", "re");
+    if (cgroups == NULL) return;
+    char line[PATH_MAX + 64];
+    char candidate[PATH_MAX + 64];
+    while (fgets(line, sizeof(line), cgroups) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *controllers = strchr(line, ':');
+        char *path = controllers != NULL ? strchr(controllers + 1, ':') : NULL;
+        if (path == NULL) continue;
+        *path++ = '\0';
+        controllers++;
+        bool v2 = strcmp(line, "0") == 0 && controllers[0] == '\0';
+        bool v1 = false;
+        for (char *name = strtok(controllers, ","); name != NULL; name = strtok(NULL, ","))
+            if (strcmp(name, "memory") == 0) v1 = true;
+        if (!v1 && !v2) continue;
+        snprintf(candidate, sizeof(candidate), "%s%s/%s", v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup",
+                 strcmp(path, "/") == 0 ? "" : path, v1 ? "memory.oom_control" : "memory.events");
+        if (access(candidate, R_OK) == 0 && strlen(candidate) < cap) {
+            snprintf(out, cap, "%s", candidate);
+            if (v1) break;  // v1's memory controller is the one that limits, when both are mounted
+        }
+    }
+    fclose(cgroups);
+}
+
+static uint64_t cc_oom_kills(const char *counter_file) {
+    char text[4096];
+    if (counter_file[0] == '\0' || cc_read_small_file(counter_file, text, sizeof(text)) == 0) return UINT64_MAX;
+    const char *at = strstr(text, "oom_kill ");
+    while (at != NULL && at != text && at[-1] != '\n') at = strstr(at + 1, "oom_kill ");
+    return at != NULL ? strtoull(at + 9, NULL, 10) : UINT64_MAX;
+}
+
+static void cc_append_json_member(cc_buf *b, const char *key, const char *value) {
+    cc_buf_append_str(b, ",\"");
+    cc_buf_append_str(b, key);
+    cc_buf_append_str(b, "\":");
+    cc_buf_append_json_string(b, value, 8192);
+}
+
+// A journal as large as asked, unless the file-size limit forbids it: posix_fallocate past
+// RLIMIT_FSIZE raises SIGXFSZ, which would kill the program we are meant to protect.
+static uint64_t cc_ring_size_within_limits(uint64_t header_size, uint64_t wanted) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return wanted;
+    if (limit.rlim_cur <= header_size) return 0;
+    uint64_t room = (uint64_t)limit.rlim_cur - header_size;
+    return (wanted <= room ? wanted : room) & ~(uint64_t)(CCF_SESSION_PAGE - 1);
+}
+
+int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const char **step) {
+    *step = "building the session file's context";
+    char counter_file[PATH_MAX];
+    cc_memory_cgroup_counter(counter_file, sizeof(counter_file));
+    size_t context_cap = CCF_SESSION_MAXIMUM_CONTEXT;
+    char *context = malloc(context_cap);
+    if (context == NULL) return ENOMEM;
+    cc_buf b = {context, 0, context_cap, false};
+    cc_buf_append_str(&b, "{\"session_id\":\"");
+    cc_buf_append_str(&b, cc_global.session_id);
+    cc_buf_append_str(&b, "\"");
+    cc_append_json_member(&b, "distinct_id", cc_global.distinct_id);
+    cc_append_json_member(&b, "app_name", cc_global.app_name);
+    cc_append_json_member(&b, "app_version", cc_global.app_version);
+    cc_append_json_member(&b, "lib_version", CRASHCAPTURE_VERSION);
+    cc_append_json_member(&b, "oom_counter_file", counter_file);
+    cc_buf_append_str(&b, ",\"static_properties\":{");
+    cc_buf_append(&b, cc_global.static_props, cc_global.static_props_len);
+    cc_buf_append_str(&b, "}}");
+    if (b.overflow) {
+        free(context);
+        return EOVERFLOW;
+    }
+    size_t header_size = (CCF_SESSION_FIXED_SIZE + b.len + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
+    uint64_t wanted = ((uint64_t)journal_bytes + 7) & ~(uint64_t)7;
+    if (wanted > CCF_SESSION_MAXIMUM_RING) wanted = CCF_SESSION_MAXIMUM_RING;
+    uint64_t ring_in_file = cc_ring_size_within_limits(header_size, wanted);
+
+    char header[CCF_SESSION_FIXED_SIZE];
+    memset(header, 0, sizeof(header));
+    memcpy(header + CCF_SESSION_AT_MAGIC, CCF_SESSION_MAGIC, 4);
+    cc_put_u32(header + CCF_SESSION_AT_VERSION, CCF_SESSION_VERSION);
+    cc_put_u32(header + CCF_SESSION_AT_HEADER_SIZE, (uint32_t)header_size);
+    cc_put_u32(header + CCF_SESSION_AT_LIFECYCLE, (uint32_t)lifecycle);
+    cc_put_u64(header + CCF_SESSION_AT_START_WALL_MS, (uint64_t)cc_global.start_wall_ms);
+    cc_put_u64(header + CCF_SESSION_AT_START_MONO_NS, (uint64_t)cc_global.start_mono_ns);
+    cc_put_u64(header + CCF_SESSION_AT_PID, (uint64_t)getpid());
+    cc_put_u64(header + CCF_SESSION_AT_START_TICKS, cc_process_start_ticks());
+    cc_put_u64(header + CCF_SESSION_AT_ALIVE_WALL_MS, (uint64_t)cc_global.start_wall_ms);
+    cc_put_u64(header + CCF_SESSION_AT_ALIVE_MONO_NS, (uint64_t)cc_global.start_mono_ns);
+    cc_put_u64(header + CCF_SESSION_AT_OOM_KILLS, cc_oom_kills(counter_file));
+    cc_put_u32(header + CCF_SESSION_AT_CONTEXT_SIZE, (uint32_t)b.len);
+    memcpy(header + CCF_SESSION_AT_SESSION_ID, cc_global.session_id, 32);
+    char boot_id[64];
+    size_t boot_len = cc_read_small_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
+    if (boot_len >= 36) memcpy(header + CCF_SESSION_AT_BOOT_ID, boot_id, 36);
+    struct stat pid_ns;
+    if (stat("/proc/self/ns/pid", &pid_ns) == 0) cc_put_u64(header + CCF_SESSION_AT_PID_NAMESPACE, pid_ns.st_ino);
+
+    snprintf(cc_session.name, sizeof(cc_session.name), "%s%s.%s", CCF_SESSION_FILE_PREFIX, cc_global.session_id,
+             CCF_SESSION_FILE_EXTENSION);
+    cc_buf path = {cc_session.path, 0, sizeof(cc_session.path) - 1, false};
+    cc_buf_append_str(&path, cc_global.directory);
+    cc_buf_append_str(&path, "/");
+    cc_buf_append_str(&path, cc_session.name);
+    cc_session.path[path.len] = '\0';
+    *step = "creating the session file";
+    int fd = openat(cc_global.dir_fd, cc_session.name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        free(context);
+        return errno;
+    }
+    int err = 0;
+    // The ring's space is allocated now: a page of a shared mapping that the filesystem cannot
+    // back when it is first written (disk full) would raise SIGBUS in track().
+    *step = "reserving space for the journal";
+    if (ring_in_file > 0 && posix_fallocate(fd, 0, (off_t)(header_size + ring_in_file)) != 0) ring_in_file = 0;
+    cc_put_u64(header + CCF_SESSION_AT_RING_SIZE, ring_in_file);
+    *step = "writing the session file";
+    if (ring_in_file == 0 && ftruncate(fd, (off_t)header_size) != 0) err = errno;
+    if (err == 0 && (pwrite(fd, header, sizeof(header), 0) != (ssize_t)sizeof(header) ||
+                     pwrite(fd, context, b.len, CCF_SESSION_FIXED_SIZE) != (ssize_t)b.len))
+        err = errno != 0 ? errno : EIO;
+    free(context);
+    // Replays take the lock exclusively: while this process holds it, its session is left alone.
+    if (err == 0 && flock(fd, LOCK_SH | LOCK_NB) != 0) err = errno;
+    char *mapped = MAP_FAILED;
+    if (err == 0) {
+        *step = "mapping the session file";
+        mapped = mmap(NULL, header_size + ring_in_file, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (mapped == MAP_FAILED) err = errno;
+    }
+    if (err != 0) {
+        close(fd);
+        unlinkat(cc_global.dir_fd, cc_session.name, 0);
+        return err;
+    }
+    // A forked child must never write into its parent's journal: it does not even inherit it.
+    madvise(mapped, header_size + ring_in_file, MADV_DONTFORK);
+    cc_session.fd = fd;
+    cc_session.header = mapped;
+    cc_session.header_size = header_size;
+    cc_session.sdk = sdk;
+    cc_session.ring_in_file = ring_in_file > 0;
+    cc_session.ring_size = ring_in_file;
+    cc_session.ring = ring_in_file > 0 ? mapped + header_size : NULL;
+    if (ring_in_file == 0 && wanted > 0) {
+        // No room on disk (or under the file-size limit) for the ring: events still flow through
+        // memory, as crash-safe as an in-memory queue, and the SDK says so.
+        char *memory = mmap(NULL, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (memory != MAP_FAILED) {
+            madvise(memory, wanted, MADV_DONTFORK);
+            cc_session.ring = memory;
+            cc_session.ring_size = wanted;
+        }
+    }
+    cc_journal_init(&cc_session_journal, cc_session.ring, cc_session.ring_size, cc_session.ring_in_file,
+                     (_Atomic uint64_t *)(mapped + CCF_SESSION_AT_RESERVED));
+    atomic_store(&cc_session.detached, false);
+    return 0;
+}
+
+void cc_session_file_detach_in_child(void) {
+    // The mappings are not inherited (MADV_DONTFORK); the descriptor is, and closing this
+    // copy leaves the parent's lock in place.
+    atomic_store(&cc_session.detached, true);
+    atomic_store(&cc_session_journal.closed, true);
+    if (cc_session.fd >= 0) close(cc_session.fd);
+    cc_session.fd = -1;
+}
+
+void cc_session_file_close(bool remove) {
+    if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
+    if (remove) unlinkat(cc_global.dir_fd, cc_session.name, 0);
+    // A track() on another thread may still be inside an append: the mapping stays (address
+    // space only), its pages are given back, and appends from now on are refused.
+    atomic_store(&cc_session_journal.closed, true);
+    if (cc_session.ring != NULL) {
+        if (cc_session.ring_in_file)
+            fallocate(cc_session.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)cc_session.header_size,
+                      (off_t)cc_session.ring_size);
+        else
+            madvise(cc_session.ring, cc_session.ring_size, MADV_DONTNEED);
+    }
+    if (cc_session.fd >= 0) close(cc_session.fd);
+    cc_session.fd = -1;
+    cc_session.header = NULL;
+}
+
+bool cc_session_file_is_sdk(void) { return cc_session.sdk; }
+
+const char *crashcapture_session_file_path(void) { return cc_session.header != NULL ? cc_session.path : NULL; }
+
+void crashcapture_session_retire(void) {
+    if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
+    unlinkat(cc_global.dir_fd, cc_session.name, 0);
+}
+
+void crashcapture_session_alive(void) {
+    if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
+    atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_WALL_MS), (uint64_t)cc_wall_ms(), memory_order_relaxed);
+    atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_MONO_NS), (uint64_t)cc_monotonic_ns(), memory_order_relaxed);
+}
+
+// MARK: - The journal
+
+crashcapture_journal *crashcapture_session_journal(void) {
+    return cc_session.header != NULL && !atomic_load(&cc_session.detached) ? &cc_session_journal : NULL;
+}
+
+crashcapture_journal *crashcapture_journal_create_in_memory(size_t bytes) {
+    uint64_t size = ((uint64_t)bytes + 7) & ~(uint64_t)7;
+    crashcapture_journal *j = calloc(1, sizeof(*j));
+    char *ring = size > 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (j == NULL || ring == MAP_FAILED) {
+        free(j);
+        return NULL;
+    }
+    cc_journal_init(j, ring, size, false, j->words);
+    return j;
+}
+
+void crashcapture_journal_destroy_in_memory(crashcapture_journal *j) {
+    if (j == NULL || j == &cc_session_journal) return;
+    munmap(j->ring, j->size);
+    free(j);
+}
+
+static inline uint64_t cc_entry_size(size_t length) { return CCF_JOURNAL_HEADER_SIZE + ((length + 7) & ~(size_t)7); }
+
+// Copies into the ring at a logical position, wrapping at its end.
+static void cc_ring_put(crashcapture_journal *j, uint64_t position, const void *data, size_t n) {
+    uint64_t at = position % j->size;
+    size_t first = (size_t)(j->size - at) < n ? (size_t)(j->size - at) : n;
+    memcpy(j->ring + at, data, first);
+    if (first < n) memcpy(j->ring, (const char *)data + first, n - first);
+}
+
+static void cc_ring_get(const crashcapture_journal *j, uint64_t position, void *out, size_t n) {
+    uint64_t at = position % j->size;
+    size_t first = (size_t)(j->size - at) < n ? (size_t)(j->size - at) : n;
+    memcpy(out, j->ring + at, first);
+    if (first < n) memcpy((char *)out + first, j->ring, n - first);
+}
+
+static uint32_t cc_entry_crc(uint64_t position, uint32_t type, uint32_t length, const void *payload) {
+    char head[16];
+    memcpy(head, &position, 8);
+    memcpy(head + 8, &type, 4);
+    memcpy(head + 12, &length, 4);
+    return cc_crc32(cc_crc32(0, head, sizeof(head)), payload, length);
+}
+
+int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const void *payload, size_t length) {
+    if (j == NULL) return -1;
+    uint64_t size = cc_entry_size(length);
+    if (j->ring == NULL || atomic_load_explicit(&j->closed, memory_order_relaxed) || length > CCF_MAXIMUM_PAYLOAD ||
+        size > j->size) {
+        atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
+        return -1;
+    }
+    uint64_t position = atomic_load_explicit(j->reserved, memory_order_relaxed);
+    for (;;) {
+        uint64_t consumed = atomic_load_explicit(j->consumed, memory_order_acquire);
+        if (position + size - consumed > j->size) {
+            atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
+            return -1;
+        }
+        if (atomic_compare_exchange_weak_explicit(j->reserved, &position, position + size, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            break;
+    }
+    char head[16];
+    uint32_t length32 = (uint32_t)length;
+    uint32_t crc = cc_entry_crc(position, type, length32, payload);
+    memcpy(head, CCF_JOURNAL_ENTRY_MAGIC, 4);
+    memcpy(head + 4, &length32, 4);
+    memcpy(head + 8, &type, 4);
+    memcpy(head + 12, &crc, 4);
+    cc_ring_put(j, position + 8, head, sizeof(head));
+    cc_ring_put(j, position + CCF_JOURNAL_HEADER_SIZE, payload, length);
+    // Publish: the commit word is 8-aligned and never wraps, so it is one atomic store.
+    _Atomic uint64_t *commit = (_Atomic uint64_t *)(j->ring + position % j->size);
+    atomic_store_explicit(commit, ~position, memory_order_release);
+    return 0;
+}
+
+int crashcapture_journal_read(crashcapture_journal *j, uint64_t position, crashcapture_journal_entry *entry,
+                              char *scratch, size_t scratch_size) {
+    if (j == NULL || j->ring == NULL || position % 8 != 0) return 0;
+    if (position >= atomic_load_explicit(j->reserved, memory_order_acquire)) return 0;
+    _Atomic uint64_t *commit = (_Atomic uint64_t *)(j->ring + position % j->size);
+    if (atomic_load_explicit(commit, memory_order_acquire) != ~position) return 0;
+    char head[16];
+    cc_ring_get(j, position + 8, head, sizeof(head));
+    uint32_t length, type;
+    memcpy(&length, head + 4, 4);
+    memcpy(&type, head + 8, 4);
+    uint64_t start = (position + CCF_JOURNAL_HEADER_SIZE) % j->size;
+    if (start + length <= j->size) {
+        entry->payload = j->ring + start;
+    } else {
+        if (length > scratch_size) return 0;
+        cc_ring_get(j, position + CCF_JOURNAL_HEADER_SIZE, scratch, length);
+        entry->payload = scratch;
+    }
+    entry->position = position;
+    entry->next = position + cc_entry_size(length);
+    entry->type = type;
+    entry->length = length;
+    return 1;
+}
+
+uint64_t crashcapture_journal_consumed(crashcapture_journal *j) { return j != NULL ? atomic_load(j->consumed) : 0; }
+
+void crashcapture_journal_consume(crashcapture_journal *j, uint64_t position) {
+    if (j != NULL) atomic_store_explicit(j->consumed, position, memory_order_release);
+}
+
+uint64_t crashcapture_journal_reserved(crashcapture_journal *j) { return j != NULL ? atomic_load(j->reserved) : 0; }
+
+uint64_t crashcapture_journal_dropped(crashcapture_journal *j) { return j != NULL ? atomic_load(j->dropped) : 0; }
+
+uint64_t crashcapture_journal_size(crashcapture_journal *j) { return j != NULL ? j->size : 0; }
+
+int crashcapture_journal_is_persistent(crashcapture_journal *j) { return j != NULL && j->persistent; }
+
+void crashcapture_journal_prefault(crashcapture_journal *j) {
+    if (j == NULL || j->ring == NULL || !j->persistent) return;
+    // Older kernels lack MADV_POPULATE_WRITE; the pages then fault on first use instead.
+    madvise(j->ring, j->size, MADV_POPULATE_WRITE);
+}

@@ -1,0 +1,308 @@
+internal import CrashFileFormat
+internal import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Closes the sessions of earlier processes that did not end cleanly, from the session files
+/// they left: imports what their journals hold past the store's mark (exactly once, in tracking
+/// order), replays their crash file with the last events as breadcrumbs, and gives every
+/// session without an `$AppEnd` exactly one, with the reason it most likely ended. A session
+/// whose process still runs is left alone. Interrupted at any point and run again, it neither
+/// loses nor repeats an event: the mark and the remembered lifecycle ids see to that.
+package struct SessionRecovery: Sendable {
+    package struct Result: Sendable {
+        package enum Outcome: String, Sendable {
+            case closed, alive = "alive (left alone)", busy = "busy (another process holds it)", damaged
+        }
+        package var path: String
+        package var sessionID: String
+        package var outcome: Outcome
+        package var importedEvents = 0
+        /// Torn or overwritten stretches of the journal that were skipped.
+        package var skippedStretches = 0
+        /// `$app_end_reason` of the $AppEnd this added; nil when the session already had one.
+        package var endReason: String?
+        package var crashFile: CrashReplayer.FileResult?
+        package var problem: String?
+    }
+
+    package struct Summary: Sendable {
+        package var sessions: [Result] = []
+        /// Crash files replayed apart from any session file (older versions, or files whose session
+        /// file is gone).
+        package var crashFiles = CrashReplayer.Summary()
+        package var importedEvents: Int {
+            sessions.reduce(0) { $0 + $1.importedEvents + ($1.crashFile?.importedEvents ?? 0) }
+                + crashFiles.importedEvents
+        }
+    }
+
+    /// Breadcrumbs on a replayed $AppCrashed: this many of the session's last events.
+    package static let breadcrumbCount = 50
+    /// Each breadcrumb's JSON text is cut to this many bytes (properties are dropped to fit).
+    package static let breadcrumbBytes = 512
+
+    package let replayer: CrashReplayer
+    package var directory: String { replayer.directory }
+    package var store: EventStore { replayer.store }
+
+    package init(replayer: CrashReplayer) {
+        self.replayer = replayer
+    }
+
+    /// Every session file but `ownSession`'s, then every crash file no session file speaks for.
+    package func recoverAll(excluding ownSession: String? = nil, progress: ((Int, Int) -> Void)? = nil) -> Summary {
+        var summary = Summary()
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+        let sessionNames = names.filter {
+            SessionFile.isSessionFileName($0) && SessionFile.sessionID(fromFileName: $0) != ownSession
+        }
+        var handled = Set<String>()
+        if let ownSession { handled.insert(ownSession) }
+        for (index, name) in sessionNames.enumerated() {
+            let result = recover(directory + "/" + name)
+            // A crash file is replayed with its session (for the breadcrumbs) or, if that session
+            // is alive or busy, not yet; only a session file found damaged lets it go alone.
+            if result.outcome != .damaged { handled.insert(result.sessionID) }
+            summary.sessions.append(result)
+            progress?(index + 1, sessionNames.count)
+        }
+        for path in replayer.pendingFiles() {
+            let name = (path as NSString).lastPathComponent
+            let session = String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32))
+            if handled.contains(session) { continue }
+            summary.crashFiles.files.append(replayer.replay(path))
+        }
+        return summary
+    }
+
+    package func recover(_ path: String) -> Result {
+        let name = (path as NSString).lastPathComponent
+        var result = Result(
+            path: path, sessionID: SessionFile.sessionID(fromFileName: name) ?? name, outcome: .closed)
+        // O_NONBLOCK: a FIFO planted under this name must not hang the replay.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else {
+            result.outcome = .damaged
+            result.problem = "cannot open: \(String(cString: strerror(errno)))"
+            return result
+        }
+        defer { close(fd) }
+        // The live process holds a shared lock for its whole life; another replay, an exclusive one.
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            result.outcome = .busy
+            return result
+        }
+        var info = stat()
+        let session: SessionFile
+        do {
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                throw CrashCaptureError.corrupt("not a regular file", path: path)
+            }
+            session = try SessionFile.read(fd: fd, path: path)
+        } catch {
+            result.outcome = .damaged
+            result.problem = "\(error)"
+            moveAside(path, reason: "\(error)")
+            return result
+        }
+        result.sessionID = session.sessionID
+        if Self.isAlive(session) {
+            result.outcome = .alive
+            return result
+        }
+        do {
+            try closeSession(session, into: &result)
+        } catch {
+            // The store could not take it: the file stays for the next replay, which resumes at the mark.
+            result.outcome = .damaged
+            result.problem = "event store: \(error)"
+            return result
+        }
+        if let crash = result.crashFile, crash.outcome == .skippedLive {
+            return result
+        }
+        unlink(path)
+        try? store.forgetJournal(session: session.sessionID)
+        return result
+    }
+
+    private func closeSession(_ session: SessionFile, into result: inout Result) throws {
+        let sessionID = session.sessionID
+        let context = session.context
+        let appVersion = context["app_version"] as? String ?? ""
+        let staticProperties = Self.staticMembers(session.contextText)
+        let mark = try store.journalMark(session: sessionID)
+        let (entries, skipped) = session.entries()
+        result.skippedStretches = skipped
+        // Where the import resumes, and the ids in effect there.
+        let start = max(mark?.position ?? 0, session.consumed)
+        var identity = DistinctIdentity(
+            distinctID: context["distinct_id"] as? String ?? "", loginID: nil)
+        if let mark, mark.position >= session.consumed {
+            identity = DistinctIdentity(distinctID: mark.distinctID, loginID: mark.loginID)
+        } else {
+            for entry in entries where entry.position < start && entry.type == SessionFile.identityEntry {
+                identity = entry.payload.withUnsafeBytes { JournalEntries.identity($0) } ?? identity
+            }
+        }
+        let shared = { (ids: DistinctIdentity) in
+            JournalEntries.sharedText(
+                ids, sessionID: sessionID, appVersion: appVersion, staticProperties: staticProperties,
+                pid: session.pid)
+        }
+        if session.lifecycle == .atReplay {
+            let startEvent = lifecycleEvent(
+                "$AppStart", id: sessionID + "-start", time: session.startWallMilliseconds,
+                extra: "\"$resume_from_background\":false")
+            try store.insert([startEvent], context: shared(identity))
+        }
+        var rows: [(id: String, payload: String)] = []
+        for entry in entries where entry.position >= start {
+            let next = entry.position + SessionFile.entrySize(entry.payload.count)
+            if entry.type == SessionFile.identityEntry {
+                guard let changed = entry.payload.withUnsafeBytes({ JournalEntries.identity($0) }) else { continue }
+                result.importedEvents += try flush(&rows, identity, upTo: entry.position, sessionID, shared)
+                identity = changed
+            } else if entry.type == SessionFile.eventEntry,
+                let row = entry.payload.withUnsafeBytes({ JournalEntries.eventRow($0) })
+            {
+                rows.append(row)
+                if rows.count >= EventPipeline.chunkSize {
+                    result.importedEvents += try flush(&rows, identity, upTo: next, sessionID, shared)
+                }
+            }
+            if entry.position == entries.last?.position {
+                result.importedEvents += try flush(&rows, identity, upTo: next, sessionID, shared)
+            }
+        }
+        let crashPath = directory + "/" + CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
+        if access(crashPath, F_OK) == 0 {
+            let breadcrumbs = Self.breadcrumbs(entries)
+            result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)
+        }
+        guard session.lifecycle != .none, try !store.hasRemembered(sessionID + "-end") else { return }
+        if let crash = result.crashFile, crash.outcome == .skippedLive { return }
+        let reason = Self.endReason(session)
+        let duration = Double(max(0, session.aliveMonotonicNanoseconds - session.startMonotonicNanoseconds)) / 1e9
+        let end = lifecycleEvent(
+            "$AppEnd", id: sessionID + "-end", time: session.aliveWallMilliseconds,
+            extra: "\"$event_duration\":\(String(format: "%.3f", duration)),\"$app_end_reason\":\"\(reason)\"")
+        try store.insert([end], context: shared(identity))
+        result.endReason = reason
+    }
+
+    private func flush(
+        _ rows: inout [(id: String, payload: String)], _ identity: DistinctIdentity, upTo position: UInt64,
+        _ sessionID: String, _ shared: (DistinctIdentity) -> String
+    ) throws -> Int {
+        let mark = EventStore.JournalMark(
+            sessionID: sessionID, position: position, distinctID: identity.distinctID, loginID: identity.loginID)
+        let inserted = try store.insert(rows, context: shared(identity), mark: mark).inserted
+        rows.removeAll(keepingCapacity: true)
+        return inserted
+    }
+
+    private func lifecycleEvent(_ name: String, id: String, time: Int64, extra: String) -> (
+        id: String, payload: String
+    ) {
+        var json = "{\"type\":\"track\",\"event\":\"\(name)\",\"time\":\(time),\"event_id\":\"\(id)\","
+        json += "\"lib\":{\"$lib_method\":\"autoTrack\"," + EventStore.contextMarker + "," + extra + "}}"
+        return (id, json)
+    }
+
+    /// The static properties' members, as the context holds them: `"static_properties":{...}` is last.
+    static func staticMembers(_ contextText: String) -> String {
+        guard let range = contextText.range(of: ",\"static_properties\":{"), contextText.hasSuffix("}}") else {
+            return ""
+        }
+        return String(contextText[range.upperBound..<contextText.index(contextText.endIndex, offsetBy: -2)])
+    }
+
+    /// The last events of the session, oldest first, each a short JSON text: name, time and its
+    /// own properties (text values cut to 64 bytes; whole properties dropped to stay within
+    /// `breadcrumbBytes`).
+    static func breadcrumbs(_ entries: [SessionFile.Entry]) -> [String] {
+        let events = entries.filter { $0.type == SessionFile.eventEntry }.suffix(breadcrumbCount)
+        return events.compactMap { entry in
+            guard let row = entry.payload.withUnsafeBytes({ JournalEntries.eventRow($0) }) else { return nil }
+            // The shared part is not needed here: a stand-in keeps the JSON whole.
+            let text = row.payload.replacingOccurrences(
+                of: EventStore.contextMarker, with: "\"$cc\":0},\"properties\":{\"$cc\":0")
+            guard let event = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+                return nil
+            }
+            var properties = (event["properties"] as? [String: Any]) ?? [:]
+            properties["$cc"] = nil
+            for (key, value) in properties {
+                if let text = value as? String, text.utf8.count > 64 {
+                    properties[key] = String(decoding: text.utf8.prefix(61), as: UTF8.self) + "..."
+                }
+            }
+            var crumb: [String: Any] = [
+                "event": event["event"] ?? "", "time": event["time"] ?? 0, "properties": properties,
+            ]
+            var serialized = JSONText.serialize(crumb)
+            var keys = properties.keys.sorted()
+            while serialized.utf8.count > breadcrumbBytes, let key = keys.popLast() {
+                properties[key] = nil
+                crumb["properties"] = properties
+                crumb["truncated"] = true
+                serialized = JSONText.serialize(crumb)
+            }
+            return serialized
+        }
+    }
+
+    /// `reboot` when the machine restarted since, `oom_kill` when the OOM killer struck in the
+    /// session's memory cgroup since it started, otherwise `killed`.
+    static func endReason(_ session: SessionFile) -> String {
+        if !session.bootID.isEmpty, let boot = currentBootID, boot != session.bootID { return "reboot" }
+        if let before = session.oomKillsAtStart, let file = session.context["oom_counter_file"] as? String,
+            let now = oomKills(file), now > before
+        {
+            return "oom_kill"
+        }
+        return "killed"
+    }
+
+    static var currentBootID: String? {
+        (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func oomKills(_ file: String) -> UInt64? {
+        guard !file.isEmpty, let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix("oom_kill ") {
+            return UInt64(line.dropFirst("oom_kill ".count))
+        }
+        return nil
+    }
+
+    /// Same boot, same pid namespace, and a process with that pid started at the same tick.
+    static func isAlive(_ session: SessionFile) -> Bool {
+        guard let boot = currentBootID, boot == session.bootID else { return false }
+        var namespace = stat()
+        guard stat("/proc/self/ns/pid", &namespace) == 0, UInt64(namespace.st_ino) == session.pidNamespace else {
+            return false
+        }
+        guard let stat = try? String(contentsOfFile: "/proc/\(session.pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // Field 3 (state) is the first after the command; starttime is field 22.
+        guard fields.count > 19, let ticks = UInt64(fields[19]) else { return false }
+        return ticks == session.processStartTicks
+    }
+
+    private func moveAside(_ path: String, reason: String) {
+        let target = directory + "/damaged"
+        try? FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        let destination = target + "/" + (path as NSString).lastPathComponent
+        if rename(path, destination) == 0 {
+            try? "file: \(path)\n\(reason)\n".write(toFile: destination + ".txt", atomically: true, encoding: .utf8)
+        }
+    }
+}

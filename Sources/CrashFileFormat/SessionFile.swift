@@ -1,0 +1,194 @@
+internal import CCrashFileFormat
+internal import Foundation
+
+#if canImport(Glibc)
+    internal import Glibc
+#endif
+
+/// A session file as a later process reads it: the facts about the session from its header
+/// and the journal entries its ring still holds. Read with `read(2)`, never mapped, and
+/// bounded by `CCF_SESSION_MAXIMUM_RING`, so a truncated or hostile file can neither raise
+/// SIGBUS in the reader nor make it allocate more than that.
+package struct SessionFile: Sendable {
+    package enum Lifecycle: UInt32, Sendable {
+        case none = 0, tracked = 1, atReplay = 2
+    }
+
+    package struct Entry: Sendable {
+        package var position: UInt64
+        package var type: UInt32
+        package var payload: [UInt8]
+    }
+
+    package var sessionID: String
+    package var lifecycle: Lifecycle
+    package var startWallMilliseconds: Int64
+    package var startMonotonicNanoseconds: Int64
+    package var pid: Int32
+    package var processStartTicks: UInt64
+    package var aliveWallMilliseconds: Int64
+    package var aliveMonotonicNanoseconds: Int64
+    /// The memory cgroup's OOM-kill count at start; nil when it could not be read.
+    package var oomKillsAtStart: UInt64?
+    package var reserved: UInt64
+    package var consumed: UInt64
+    package var dropped: UInt64
+    package var bootID: String
+    package var pidNamespace: UInt64
+    /// The context JSON: session and distinct id, app name and version, static properties, OOM counter file.
+    package var context: [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(contextText.utf8))) as? [String: Any] ?? [:]
+    }
+    package var contextText: String
+    /// The ring's bytes; empty without a journal.
+    package var ring: [UInt8]
+
+    package static let filePrefix = CCF_SESSION_FILE_PREFIX
+    package static let fileExtension = CCF_SESSION_FILE_EXTENSION
+    package static let eventEntry = UInt32(CCF_JOURNAL_EVENT.rawValue)
+    package static let identityEntry = UInt32(CCF_JOURNAL_IDENTITY.rawValue)
+
+    package static func isSessionFileName(_ name: String) -> Bool {
+        name.hasPrefix(filePrefix) && name.hasSuffix("." + fileExtension)
+    }
+
+    /// The session id in a session file's name.
+    package static func sessionID(fromFileName name: String) -> String? {
+        guard isSessionFileName(name) else { return nil }
+        return String(name.dropFirst(filePrefix.utf8.count).dropLast(fileExtension.utf8.count + 1))
+    }
+
+    /// Reads the session file open at `fd`.
+    package static func read(fd: Int32, path: String) throws -> SessionFile {
+        let fixedSize = Int(CCF_SESSION_FIXED_SIZE)
+        let fixed = try readExactly(fd: fd, offset: 0, count: fixedSize, path: path)
+        guard fixed.count == fixedSize, Array(fixed[0..<4]) == Array(CCF_SESSION_MAGIC.utf8) else {
+            throw CrashCaptureError.corrupt("not a session file (no \(CCF_SESSION_MAGIC) header)", path: path)
+        }
+        func u32(_ offset: ccf_session_offset) -> UInt32 {
+            fixed.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: Int(offset.rawValue), as: UInt32.self) }
+        }
+        func u64(_ offset: ccf_session_offset) -> UInt64 {
+            fixed.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: Int(offset.rawValue), as: UInt64.self) }
+        }
+        func text(_ offset: ccf_session_offset, _ count: Int) -> String {
+            let start = Int(offset.rawValue)
+            let bytes = fixed[start..<start + count].prefix { $0 != 0 }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        guard u32(CCF_SESSION_AT_VERSION) == CCF_SESSION_VERSION else {
+            throw CrashCaptureError.corrupt(
+                "session file version \(u32(CCF_SESSION_AT_VERSION)) is not one this version reads", path: path)
+        }
+        let headerSize = Int(u32(CCF_SESSION_AT_HEADER_SIZE))
+        let ringSize = u64(CCF_SESSION_AT_RING_SIZE)
+        let contextSize = Int(u32(CCF_SESSION_AT_CONTEXT_SIZE))
+        guard headerSize >= fixedSize + contextSize, headerSize % Int(CCF_SESSION_PAGE) == 0,
+            contextSize <= Int(CCF_SESSION_MAXIMUM_CONTEXT), ringSize <= UInt64(CCF_SESSION_MAXIMUM_RING),
+            ringSize % 8 == 0
+        else {
+            throw CrashCaptureError.corrupt(
+                "session file header is damaged (header \(headerSize) bytes, context \(contextSize), ring \(ringSize))",
+                path: path)
+        }
+        let contextBytes = try readExactly(fd: fd, offset: fixedSize, count: contextSize, path: path)
+        let contextText = String(decoding: contextBytes, as: UTF8.self)
+        guard
+            let context = (try? JSONSerialization.jsonObject(with: Data(contextBytes))) as? [String: Any],
+            let sessionID = context["session_id"] as? String
+        else {
+            throw CrashCaptureError.corrupt("session file context is not the JSON object it should be", path: path)
+        }
+        // A file cut short reads as zeros past its end: torn entries there are skipped like any other.
+        var ring = try readExactly(fd: fd, offset: headerSize, count: Int(ringSize), path: path)
+        if ring.count < Int(ringSize) { ring += [UInt8](repeating: 0, count: Int(ringSize) - ring.count) }
+        let oom = u64(CCF_SESSION_AT_OOM_KILLS)
+        return SessionFile(
+            sessionID: sessionID, lifecycle: Lifecycle(rawValue: u32(CCF_SESSION_AT_LIFECYCLE)) ?? .none,
+            startWallMilliseconds: Int64(bitPattern: u64(CCF_SESSION_AT_START_WALL_MS)),
+            startMonotonicNanoseconds: Int64(bitPattern: u64(CCF_SESSION_AT_START_MONO_NS)),
+            pid: Int32(truncatingIfNeeded: u64(CCF_SESSION_AT_PID)),
+            processStartTicks: u64(CCF_SESSION_AT_START_TICKS),
+            aliveWallMilliseconds: Int64(bitPattern: u64(CCF_SESSION_AT_ALIVE_WALL_MS)),
+            aliveMonotonicNanoseconds: Int64(bitPattern: u64(CCF_SESSION_AT_ALIVE_MONO_NS)),
+            oomKillsAtStart: oom == UInt64.max ? nil : oom, reserved: u64(CCF_SESSION_AT_RESERVED),
+            consumed: u64(CCF_SESSION_AT_CONSUMED), dropped: u64(CCF_SESSION_AT_DROPPED),
+            bootID: text(CCF_SESSION_AT_BOOT_ID, 37), pidNamespace: u64(CCF_SESSION_AT_PID_NAMESPACE),
+            contextText: contextText, ring: ring)
+    }
+
+    private static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
+        guard count > 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let got = bytes.withUnsafeMutableBytes {
+                pread(fd, $0.baseAddress! + done, count - done, off_t(offset + done))
+            }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw CrashCaptureError.system("cannot read the session file", path: path)
+            }
+            if got == 0 { break }
+            done += got
+        }
+        return Array(bytes.prefix(done))
+    }
+
+    /// The whole entries the ring holds from `start` (or from the oldest it can still hold) up
+    /// to `reserved`, in order. A torn or overwritten stretch is skipped by looking, 8 bytes at a
+    /// time, for the next entry whose commit word and checksum both match its place; `skipped`
+    /// counts the stretches skipped that way.
+    package func entries(from start: UInt64? = nil) -> (entries: [Entry], skipped: Int) {
+        let size = UInt64(ring.count)
+        guard size > 0, reserved > 0 else { return ([], 0) }
+        let oldest = reserved > size ? reserved - size : 0
+        var position = max(start ?? oldest, oldest)
+        position = (position + 7) & ~7
+        var found: [Entry] = []
+        var skipped = 0
+        var inGap = false
+        while position < reserved {
+            if let entry = entry(at: position, size: size) {
+                found.append(entry)
+                position += Self.entrySize(entry.payload.count)
+                inGap = false
+            } else {
+                if !inGap { skipped += 1 }
+                inGap = true
+                position += 8
+            }
+        }
+        return (found, skipped)
+    }
+
+    package static func entrySize(_ length: Int) -> UInt64 { UInt64(Int(CCF_JOURNAL_HEADER_SIZE) + (length + 7) & ~7) }
+
+    private func bytes(at position: UInt64, count: Int, size: UInt64) -> [UInt8] {
+        let at = Int(position % size)
+        let first = min(count, Int(size) - at)
+        var out = Array(ring[at..<at + first])
+        if first < count { out += ring[0..<(count - first)] }
+        return out
+    }
+
+    private func entry(at position: UInt64, size: UInt64) -> Entry? {
+        let headerSize = Int(CCF_JOURNAL_HEADER_SIZE)
+        let head = bytes(at: position, count: headerSize, size: size)
+        let word = head.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        guard word == ~position, Array(head[8..<12]) == Array(CCF_JOURNAL_ENTRY_MAGIC.utf8) else { return nil }
+        let length = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 12, as: UInt32.self) }
+        let type = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 16, as: UInt32.self) }
+        let expected = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 20, as: UInt32.self) }
+        guard length <= CCF_MAXIMUM_PAYLOAD, position + Self.entrySize(Int(length)) <= reserved else { return nil }
+        let payload = bytes(at: position + UInt64(headerSize), count: Int(length), size: size)
+        var covered = [UInt8](repeating: 0, count: 16)
+        covered.withUnsafeMutableBytes {
+            $0.storeBytes(of: position, toByteOffset: 0, as: UInt64.self)
+            $0.storeBytes(of: type, toByteOffset: 8, as: UInt32.self)
+            $0.storeBytes(of: length, toByteOffset: 12, as: UInt32.self)
+        }
+        guard CRC32.update(CRC32.update(0, covered), payload) == expected else { return nil }
+        return Entry(position: position, type: type, payload: payload)
+    }
+}
