@@ -1,0 +1,326 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+@testable import CrashCapture
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Nothing tracked is lost, whatever ends the process, and every session is paired: real
+/// processes killed by SIGKILL, crashes and the OOM killer, then the next start or
+/// `crashcap replay`.
+@Suite struct SessionJournalTests {
+    /// Every stored event, read back whole.
+    func storedEvents(_ directory: String) throws -> [[String: Any]] {
+        let store = try EventStore(path: directory + "/events.sqlite")
+        return try store.events(limit: 10_000_000).map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any])
+        }
+    }
+
+    func sessionFiles(_ directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            SessionFile.isSessionFileName($0)
+        }
+    }
+
+    func events(_ events: [[String: Any]], named name: String, session: String? = nil) -> [[String: Any]] {
+        events.filter { $0["event"] as? String == name && (session == nil || $0["session_id"] as? String == session) }
+    }
+
+    func property(_ event: [String: Any], _ key: String) -> Any? { (event["properties"] as? [String: Any])?[key] }
+
+    /// Four threads tracking, SIGKILL at a random moment; returns the acknowledged counts per
+    /// thread, the drops the child saw, and the killed session's id.
+    func killStorm(_ directory: String, afterMilliseconds delay: Int) throws -> (
+        acked: [Int], dropped: Int, session: String
+    ) {
+        let ackFile = directory + ".ack"
+        defer { unlink(ackFile) }
+        let storm = try Child(
+            Paths.swiftSample, ["pipeline-storm"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_ACK_FILE": ackFile,
+                "CRASH_SAMPLE_JOURNAL_BYTES": "\(64 << 20)",
+            ])
+        guard storm.waitForOutput("ready") else { throw TestFailure("storm never started: \(storm.stderr)") }
+        usleep(useconds_t(delay * 1000))
+        kill(storm.pid, SIGKILL)
+        guard storm.wait(timeout: 20), storm.signal == SIGKILL else {
+            throw TestFailure("storm did not die of SIGKILL")
+        }
+        let counts = try Data(contentsOf: URL(fileURLWithPath: ackFile)).withUnsafeBytes { raw in
+            (0..<5).map { index in Int(raw.loadUnaligned(fromByteOffset: index * 8, as: Int64.self)) }
+        }
+        guard let name = sessionFiles(directory).first, let session = SessionFile.sessionID(fromFileName: name) else {
+            throw TestFailure("the killed session left no session file")
+        }
+        return (Array(counts[0..<4]), counts[4], session)
+    }
+
+    /// The killed session's storm events are there, each once, in each thread's order, and
+    /// every one that was acknowledged; the session has one $AppStart and one $AppEnd.
+    func checkStorm(_ stored: [[String: Any]], acked: [Int], session: String) throws {
+        var seen = [[Int]](repeating: [], count: 4)
+        for event in events(stored, named: "storm_event", session: session) {
+            let thread = try #require(property(event, "thread") as? Int)
+            seen[thread].append(try #require(property(event, "index") as? Int))
+        }
+        for thread in 0..<4 {
+            // Each thread's events in the order tracked, none twice; the last one may have been
+            // accepted without its acknowledgement being written before the kill.
+            #expect(seen[thread] == Array(0..<seen[thread].count), "thread \(thread) lost or repeated events")
+            #expect(
+                seen[thread].count == acked[thread] || seen[thread].count == acked[thread] + 1,
+                "thread \(thread): \(seen[thread].count) stored, \(acked[thread]) acknowledged")
+        }
+        #expect(events(stored, named: "$AppStart", session: session).count == 1)
+        let ends = events(stored, named: "$AppEnd", session: session)
+        #expect(ends.count == 1)
+        #expect(ends.first.map { property($0, "$app_end_reason") as? String } == "killed")
+    }
+
+    @Test func sigkillDuringATrackStormLosesNothing() throws {
+        for round in 0..<50 {
+            let directory = makeTemporaryDirectory("storm")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let (acked, dropped, session) = try killStorm(directory, afterMilliseconds: Int.random(in: 0...60))
+            #expect(dropped == 0, "the 64 MiB journal filled")
+            // The next start: the app itself half the time, crashcap replay the other half.
+            if round % 2 == 0 {
+                let next = try run(
+                    Paths.swiftSample, ["pipeline-track"],
+                    environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "0"])
+                #expect(next.exitCode == 0)
+            } else {
+                let replay = try run(Paths.crashcap, ["replay", directory])
+                #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+            }
+            try checkStorm(try storedEvents(directory), acked: acked, session: session)
+            #expect(sessionFiles(directory).isEmpty, "round \(round): a session file was left behind")
+        }
+    }
+
+    @Test func aCrashRightAfterTrackingKeepsEveryEventAndTheLast50AsBreadcrumbs() throws {
+        let directory = makeTemporaryDirectory("crash-now")
+        let crashed = try run(
+            Paths.swiftSample, ["pipeline-crash-now"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "200", "SWIFT_BACKTRACE": "enable=no"])
+        #expect(crashed.signal == SIGSEGV)
+        let replay = try run(Paths.crashcap, ["replay", directory])
+        #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        let stored = try storedEvents(directory)
+        let tracked = events(stored, named: "sample_event").compactMap { property($0, "index") as? Int }
+        #expect(tracked == Array(0..<200))
+        #expect(events(stored, named: "$AppStart").count == 1)
+        #expect(events(stored, named: "$AppEnd").count == 1, "the crash file's, and no compensating one")
+        let crash = try #require(events(stored, named: "$AppCrashed").first)
+        let breadcrumbs = try #require(property(crash, "crash_breadcrumbs") as? [String])
+        let indexes = try breadcrumbs.map { text -> Int in
+            let crumb = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+            #expect(crumb["event"] as? String == "sample_event")
+            #expect(crumb["time"] is Int)
+            #expect(text.utf8.count <= SessionRecovery.breadcrumbBytes)
+            return try #require((crumb["properties"] as? [String: Any])?["index"] as? Int)
+        }
+        #expect(indexes == Array(150..<200))
+        // The crash came after the events it carries as breadcrumbs.
+        let order = stored.map { $0["event"] as? String }
+        #expect(order.lastIndex(of: "sample_event")! < order.firstIndex(of: "$AppCrashed")!)
+    }
+
+    @Test func aSessionWhoseProcessStillRunsIsLeftAlone() throws {
+        let directory = makeTemporaryDirectory("alive")
+        let waiting = try Child(
+            Paths.swiftSample, ["pipeline-wait"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "3"])
+        #expect(waiting.waitForOutput("ready"))
+        let first = try run(Paths.crashcap, ["replay", directory, "--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])
+        let sessions = try #require(object["sessions"] as? [[String: Any]])
+        #expect(sessions.count == 1)
+        #expect(sessions.first?["outcome"] as? String == "busy (another process holds it)")
+        #expect(events(try storedEvents(directory), named: "$AppEnd").isEmpty)
+        #expect(sessionFiles(directory).count == 1)
+        kill(waiting.pid, SIGKILL)
+        #expect(waiting.wait(timeout: 20))
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        let stored = try storedEvents(directory)
+        #expect(events(stored, named: "sample_event").count == 3)
+        let end = try #require(events(stored, named: "$AppEnd").first)
+        #expect(property(end, "$app_end_reason") as? String == "killed")
+        let duration = try #require(property(end, "$event_duration") as? Double)
+        #expect(duration >= 0 && duration < 60)
+    }
+
+    @Test func aReplayKilledMidwayAndRunAgainNeitherLosesNorRepeats() throws {
+        let directory = makeTemporaryDirectory("replay-killed")
+        let (acked, _, session) = try killStorm(directory, afterMilliseconds: 400)
+        for delay in [5, 15, 30, 60, 120] {
+            let replay = try Child(Paths.crashcap, ["replay", directory], environment: [:])
+            usleep(useconds_t(delay * 1000))
+            kill(replay.pid, SIGKILL)
+            _ = replay.wait(timeout: 30)
+        }
+        let last = try run(Paths.crashcap, ["replay", directory])
+        #expect(last.exitCode == 0, "\(last.stdout)\(last.stderr)")
+        try checkStorm(try storedEvents(directory), acked: acked, session: session)
+        #expect(sessionFiles(directory).isEmpty)
+    }
+
+    @Test func twoReplaysAtOnceImportEachEventOnce() throws {
+        let directory = makeTemporaryDirectory("replay-twice")
+        let (acked, _, session) = try killStorm(directory, afterMilliseconds: 200)
+        let replays = try (0..<2).map { _ in try Child(Paths.crashcap, ["replay", directory], environment: [:]) }
+        for replay in replays {
+            #expect(replay.wait(timeout: 60))
+            #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        }
+        try checkStorm(try storedEvents(directory), acked: acked, session: session)
+    }
+
+    /// A journal whose last entry was cut at every byte: the entries before it are imported
+    /// whole, the cut one never, not even in part.
+    @Test func aJournalCutAtEveryByteOfItsLastEntry() throws {
+        let source = makeTemporaryDirectory("cut-source")
+        let waiting = try Child(
+            Paths.swiftSample, ["pipeline-wait"], environment: ["CRASHCAPTURE_DIR": source, "CRASH_SAMPLE_EVENTS": "5"])
+        #expect(waiting.waitForOutput("ready"))
+        kill(waiting.pid, SIGKILL)
+        #expect(waiting.wait(timeout: 20))
+        let name = try #require(sessionFiles(source).first)
+        var original = try Data(contentsOf: URL(fileURLWithPath: source + "/" + name))
+        // Everything was stored before the kill; pretend none was, so the whole journal is read.
+        original.replaceSubrange(88..<96, with: [UInt8](repeating: 0, count: 8))
+        let fd = open(source + "/" + name, O_RDONLY)
+        let session = try SessionFile.read(fd: fd, path: name)
+        close(fd)
+        let last = try #require(session.entries().entries.last)
+        let headerSize = original.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 8, as: UInt32.self)) }
+        let entryStart = headerSize + Int(last.position % UInt64(session.ring.count))
+        let wholeSize = 24 + last.payload.count
+        let paddedSize = Int(SessionFile.entrySize(last.payload.count))
+        for cut in 0...paddedSize {
+            for truncate in [false, true] {
+                let directory = makeTemporaryDirectory("cut")
+                defer { try? FileManager.default.removeItem(atPath: directory) }
+                var damaged = original
+                if truncate {
+                    damaged = damaged.prefix(entryStart + cut)
+                } else {
+                    damaged.replaceSubrange(
+                        (entryStart + cut)..<(entryStart + paddedSize),
+                        with: [UInt8](repeating: 0, count: paddedSize - cut))
+                }
+                try damaged.write(to: URL(fileURLWithPath: directory + "/" + name))
+                let store = try EventStore(path: directory + "/events.sqlite")
+                let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
+                let result = recovery.recover(directory + "/" + name)
+                #expect(result.outcome == .closed)
+                let indexes = try storedEvents(directory).filter { $0["event"] as? String == "sample_event" }.map {
+                    try #require(property($0, "index") as? Int)
+                }
+                let whole = cut >= wholeSize
+                #expect(indexes == Array(0..<(whole ? 5 : 4)), "cut at \(cut) of \(paddedSize), truncated: \(truncate)")
+            }
+        }
+    }
+
+    @Test func aCProgramUnderThePreloadLibraryKilledIsPairedAndOneThatExitsLeavesNothing() throws {
+        let directory = makeTemporaryDirectory("preload-killed")
+        let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]
+        let exited = try run("/bin/true", environment: preload)
+        #expect(exited.exitCode == 0)
+        #expect(sessionFiles(directory).isEmpty, "a clean exit removes its session file")
+        let sleeper = try Child("/bin/sleep", ["30"], environment: preload)
+        for _ in 0..<200 where sessionFiles(directory).isEmpty { usleep(10_000) }
+        #expect(sessionFiles(directory).count == 1)
+        kill(sleeper.pid, SIGKILL)
+        #expect(sleeper.wait(timeout: 20))
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        let stored = try storedEvents(directory)
+        #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppEnd"])
+        #expect(stored.last.map { property($0, "$app_end_reason") as? String } == "killed")
+        #expect(stored.allSatisfy { property($0, "$pid") as? Int == Int(sleeper.pid) })
+        #expect(sessionFiles(directory).isEmpty)
+    }
+}
+
+/// A memory cgroup of the test's own, under the one this process runs in, with a small limit.
+struct MemoryCgroup {
+    let path: String
+
+    /// The cgroup, or why one cannot be made on this machine.
+    static func make(limitBytes: Int) -> Result<MemoryCgroup, TestFailure> {
+        guard let lines = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8) else {
+            return .failure(TestFailure("/proc/self/cgroup is not readable"))
+        }
+        var parent: String?
+        var v1 = false
+        for line in lines.split(separator: "\n") {
+            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            if fields[1].split(separator: ",").contains("memory") {
+                parent = "/sys/fs/cgroup/memory" + fields[2]
+                v1 = true
+                break
+            }
+            if fields[0] == "0" && fields[1].isEmpty { parent = "/sys/fs/cgroup" + fields[2] }
+        }
+        guard let parent else { return .failure(TestFailure("this process is in no memory cgroup")) }
+        let path =
+            parent + (parent.hasSuffix("/") ? "" : "/")
+            + "crashcapture-oom-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        guard mkdir(path, 0o755) == 0 else {
+            return .failure(
+                TestFailure(
+                    "cannot create a memory cgroup at \(path): \(String(cString: strerror(errno))) (needs a writable cgroup v1 memory hierarchy or a delegated v2 subtree)"
+                ))
+        }
+        let cgroup = MemoryCgroup(path: path)
+        let limits = v1 ? ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] : ["memory.max", "memory.swap.max"]
+        for (index, file) in limits.enumerated() {
+            let value = index == 1 && !v1 ? "0" : "\(limitBytes)"
+            let written = (try? value.write(toFile: path + "/" + file, atomically: false, encoding: .utf8)) != nil
+            // Swap accounting may be off; the memory limit itself is required.
+            if !written && index == 0 {
+                cgroup.remove()
+                return .failure(TestFailure("cannot set \(file) in \(path)"))
+            }
+        }
+        return .success(cgroup)
+    }
+
+    func remove() {
+        for _ in 0..<100 {
+            if rmdir(path) == 0 || errno == ENOENT { return }
+            usleep(20_000)
+        }
+    }
+}
+
+extension SessionJournalTests {
+    @Test func aSessionEndedByTheOOMKillerSaysSo() throws {
+        let cgroup = try MemoryCgroup.make(limitBytes: 96 << 20).get()
+        defer { cgroup.remove() }
+        let directory = makeTemporaryDirectory("oom")
+        // The shell joins the cgroup, then becomes the sample: only the sample is ever in it.
+        let script = "echo $$ > '\(cgroup.path)/cgroup.procs' && exec '\(Paths.swiftSample)' pipeline-oom"
+        let hog = try Child(
+            "/bin/sh", ["-c", script],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "20", "SWIFT_BACKTRACE": "enable=no"])
+        #expect(hog.waitForOutput("ready", timeout: 30), "\(hog.stderr)")
+        #expect(hog.wait(timeout: 60))
+        #expect(hog.signal == SIGKILL, "the OOM killer ends a process with SIGKILL")
+        let replay = try run(Paths.crashcap, ["replay", directory])
+        #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        let stored = try storedEvents(directory)
+        #expect(events(stored, named: "sample_event").count == 20)
+        let ends = events(stored, named: "$AppEnd")
+        #expect(ends.count == 1)
+        #expect(ends.first.map { property($0, "$app_end_reason") as? String } == "oom_kill")
+    }
+}
