@@ -193,14 +193,22 @@ func monotonic() -> UInt64 {
 
 /// track() from 4 threads into SQLite, per-call latency on the caller's thread, against one
 /// insert per transaction; then upload of a full store to the local collector.
-func pipelineBenchmarks(events: Int) throws {
-    let directory = temporaryDirectory()
-    let configuration = CrashCapture.Configuration(
-        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
-        storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false)
-    let installStart = monotonic()
+/// One run of 4 threads calling track(): the callers' latencies and rate, and the rate into SQLite.
+struct TrackRun {
+    var count = 0
+    var dropped = 0
+    var journalBytesPerEvent = 0.0
+    var trackingRate = 0.0
+    var sustainedRate = 0.0
+    var latency = Statistics([])
+    var storeBytesPerEvent = 0
+}
+
+func trackRun(events: Int, configuration: CrashCapture.Configuration) throws -> TrackRun {
     try CrashCapture.install(configuration)
-    let firstInstall = Double(monotonic() - installStart) / 1e6
+    defer { CrashCapture.uninstall() }
+    // Let the writer fault the journal's pages in first, as it does right after install.
+    CrashCapture.flush(timeout: 0)
     let threads = 4
     let perThread = events / threads
     let samples = Samples()
@@ -220,22 +228,57 @@ func pipelineBenchmarks(events: Int) throws {
     CrashCapture.flush(timeout: 0)
     let stored = monotonic()
     let store = CrashCapture.eventStore!
-    let count = store.count
-    let latency = Statistics(samples.nanoseconds)
-    let rate = Double(count) / (Double(stored - start) / 1e9)
-    print("## track() from \(threads) threads (\(count) events into SQLite)\n")
-    print("| | value |")
-    print("|---|---|")
-    print("| sustained rate, first call to last event committed | \(format(rate, 0)) events/s |")
-    print("| tracking alone (callers' view) | \(format(Double(count) / (Double(tracked - start) / 1e9), 0)) events/s |")
-    print("| events dropped before the store (more than a million waiting) | \(CrashCapture.droppedBeforeStore) |")
+    var run = TrackRun()
+    run.count = store.count
+    run.dropped = CrashCapture.droppedBeforeStore
+    run.journalBytesPerEvent = Double(CrashCapture.journalUsage?.reserved ?? 0) / Double(max(1, events))
+    run.latency = Statistics(samples.nanoseconds)
+    run.trackingRate = Double(events - run.dropped) / (Double(tracked - start) / 1e9)
+    run.sustainedRate = Double(run.count) / (Double(stored - start) / 1e9)
     let fileBytes = ["", "-wal"].compactMap {
         (try? FileManager.default.attributesOfItem(atPath: store.path + $0)[.size] as? Int) ?? nil
     }.reduce(0, +)
-    print("| store file size per event (database and WAL) | \(fileBytes / max(1, count)) bytes |")
+    run.storeBytesPerEvent = fileBytes / max(1, run.count)
+    return run
+}
+
+func pipelineBenchmarks(events: Int) throws {
+    let directory = temporaryDirectory()
+    var configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false)
+    let installStart = monotonic()
+    try CrashCapture.install(configuration)
+    let firstInstall = Double(monotonic() - installStart) / 1e6
+    CrashCapture.uninstall()
+    try? FileManager.default.removeItem(atPath: directory + "/events.sqlite")
+    // A journal that holds the whole burst whatever the writer does: the pipeline's own rates,
+    // in a directory of its own; then the default journal, into the store the figures below use.
+    var large = configuration
+    large.directory = temporaryDirectory()
+    large.journalBytes = 128 << 20
+    let whole = try trackRun(events: events, configuration: large)
+    let run = try trackRun(events: events, configuration: configuration)
+    let latency = run.latency
+    let rate = run.sustainedRate
+    print("## track() from 4 threads (\(events) events, default \(configuration.journalBytes >> 20) MiB journal)\n")
+    print("| | value |")
+    print("|---|---|")
+    print("| into the journal (callers' view: first call to last return) | \(format(run.trackingRate, 0)) events/s |")
+    print("| sustained, first call to last event committed in SQLite | \(format(rate, 0)) events/s |")
+    print("| events dropped before the store (journal full) | \(run.dropped) |")
+    print("| journal bytes per event | \(format(run.journalBytesPerEvent, 0)) |")
+    print("| store file size per event (database and WAL) | \(run.storeBytesPerEvent) bytes |")
     print(
         "| track() call, median / p99 / p99.9 | \(format(latency.median / 1000, 2)) / \(format(latency.percentile(0.99) / 1000, 2)) / \(format(latency.percentile(0.999) / 1000, 2)) µs |"
     )
+    print(
+        "| the same with a 128 MiB journal: into the journal / into SQLite / p99 / dropped | \(format(whole.trackingRate, 0)) / \(format(whole.sustainedRate, 0)) events/s / \(format(whole.latency.percentile(0.99) / 1000, 2)) µs / \(whole.dropped) |"
+    )
+    let store = try EventStore(path: directory + "/events.sqlite")
+
+    let writerRate = try writerAlone(events: events, directory: directory)
+    print("| the writer alone: journal rows into SQLite, transactions of 8,192 | \(format(writerRate, 0)) events/s |")
 
     // The reference SDKs insert one event per transaction.
     let payloads = try store.events(limit: 3000).map(\.payload)
@@ -245,8 +288,7 @@ func pipelineBenchmarks(events: Int) throws {
     let singleRate = Double(payloads.count) / (Double(monotonic() - singleStart) / 1e9)
     print("| one insert per transaction (\(payloads.count) events) | \(format(singleRate, 0)) events/s |")
     print("\nbatched writer / one insert per transaction: \(format(rate / singleRate, 1))x\n")
-    let uploadPayloads = try store.events(limit: min(count, 50_000)).map { ($0.eventID, $0.payload) }
-    CrashCapture.uninstall()
+    let uploadPayloads = try store.events(limit: min(run.count, 50_000)).map { ($0.eventID, $0.payload) }
     // The whole Swift install, crash path and event store, on the caller's thread: into a new
     // directory, and again over the store just filled.
     let reinstallStart = monotonic()
@@ -254,7 +296,7 @@ func pipelineBenchmarks(events: Int) throws {
     let fullInstall = Double(monotonic() - reinstallStart) / 1e6
     CrashCapture.uninstall()
     print("| CrashCapture.install(), new directory and empty store | \(format(firstInstall, 2)) ms |")
-    print("| CrashCapture.install() over a store of \(count) events | \(format(fullInstall, 2)) ms |\n")
+    print("| CrashCapture.install() over a store of \(store.count) events | \(format(fullInstall, 2)) ms |\n")
 
     // Upload: a store full of events, sent in batches of 50 to the collector over loopback.
     let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
@@ -304,6 +346,142 @@ func pipelineBenchmarks(events: Int) throws {
         .trimmingCharacters(in: .whitespacesAndNewlines)
     print("| python3 http.client, keep-alive, same collector and batches | \(baseline) events/s |")
     collector.stop()
+}
+
+/// The writer's half alone: rows shaped as the journal hands them over, into a new store.
+func writerAlone(events: Int, directory: String) throws -> Double {
+    unlink(directory + "/writer.sqlite")
+    unlink(directory + "/writer.sqlite-wal")
+    let rows = (0..<events).map { index -> ([UInt8], [UInt8]) in
+        let id = "0123456789abcdef0123456789abcdef-" + String(1_000_000_000_000 + index).dropFirst()
+        let payload =
+            "{\"type\":\"track\",\"event\":\"bench_event\",\"time\":1795394899135,\"event_id\":\"\(id)\",\"lib\":{\"$lib_method\":\"code\",\u{1},\"thread\":\(index % 4),\"index\":\(index),\"screen\":\"checkout\"}}"
+        return (Array(id.utf8), Array(payload.utf8))
+    }
+    let writerStore = try EventStore(
+        path: directory + "/writer.sqlite", limits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30))
+    let writerStart = monotonic()
+    for chunk in stride(from: 0, to: rows.count, by: 8192) {
+        let part = rows[chunk..<min(rows.count, chunk + 8192)]
+        try withRawRows(Array(part)) { raw in
+            _ = try writerStore.insert(
+                raw: raw, context: "\"$lib\":\"x\"},\"properties\":{\"$pid\":1",
+                mark: .init(sessionID: "bench", position: UInt64(chunk), distinctID: "d", loginID: nil))
+        }
+    }
+    let writerRate = Double(rows.count) / (Double(monotonic() - writerStart) / 1e9)
+    return writerRate
+}
+
+/// Hands `rows` to `body` as the raw byte views the journal's writer binds.
+func withRawRows(_ rows: [([UInt8], [UInt8])], _ body: ([EventStore.RawRow]) throws -> Void) throws {
+    var raw: [EventStore.RawRow] = []
+    var pinned: [UnsafeMutableRawBufferPointer] = []
+    defer { pinned.forEach { $0.deallocate() } }
+    for (id, payload) in rows {
+        let idCopy = UnsafeMutableRawBufferPointer.allocate(byteCount: id.count, alignment: 1)
+        idCopy.copyBytes(from: id)
+        let payloadCopy = UnsafeMutableRawBufferPointer.allocate(byteCount: payload.count, alignment: 1)
+        payloadCopy.copyBytes(from: payload)
+        pinned += [idCopy, payloadCopy]
+        raw.append((UnsafeRawBufferPointer(idCopy), UnsafeRawBufferPointer(payloadCopy)))
+    }
+    try body(raw)
+}
+
+/// The journal seen from the next start, and what keeping a session's last-alive time costs.
+func journalBenchmarks(idleSeconds: Int) throws {
+    let sample = buildDirectory + "/crash-sample-swift"
+    // A full default journal: a storm killed long after the ring first filled, its header then
+    // told that nothing was stored, so the next start reads every entry the ring holds.
+    let directory = temporaryDirectory()
+    let ackFile = directory + ".ack"
+    let storm = try ChildProcess(
+        path: sample, arguments: ["pipeline-storm"],
+        environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_ACK_FILE": ackFile])
+    _ = storm.waitForOutput("ready")
+    usleep(1_500_000)
+    kill(storm.pid, SIGKILL)
+    _ = storm.wait(timeout: 20)
+    unlink(ackFile)
+    let name = try FileManager.default.contentsOfDirectory(atPath: directory).first {
+        SessionFile.isSessionFileName($0)
+    }!
+    let path = directory + "/" + name
+    let fd = open(path, O_RDWR)
+    var reserved: UInt64 = 0
+    _ = pread(fd, &reserved, 8, 80)
+    var ring: UInt64 = 0
+    _ = pread(fd, &ring, 8, 16)
+    var unconsumed = reserved > ring ? reserved - ring : 0
+    _ = pwrite(fd, &unconsumed, 8, 88)
+    close(fd)
+    try? FileManager.default.removeItem(atPath: directory + "/events.sqlite")
+    let store = try EventStore(path: directory + "/events.sqlite")
+    let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
+    let start = monotonic()
+    let result = recovery.recover(path)
+    let seconds = Double(monotonic() - start) / 1e9
+    print("## The journal at the next start\n")
+    print("| | value |")
+    print("|---|---|")
+    print("| default journal size | \(ring >> 20) MiB (\(Int(ring) / 1024) KiB on disk, reserved at install) |")
+    print(
+        "| recovering a full journal: \(result.importedEvents) events imported, session closed (\(result.endReason ?? "-")) | \(format(seconds * 1000, 1)) ms |"
+    )
+
+    // An installed app that does nothing: the writer's 2 s timer is the only thing that wakes.
+    let idle = try ChildProcess(
+        path: sample, arguments: ["pipeline-wait"],
+        environment: ["CRASHCAPTURE_DIR": temporaryDirectory(), "CRASH_SAMPLE_EVENTS": "0"])
+    _ = idle.waitForOutput("ready")
+    sleep(3)
+    let before = (cpu: processTicks(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid))
+    sleep(UInt32(idleSeconds))
+    let after = (cpu: processTicks(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid))
+    kill(idle.pid, SIGKILL)
+    _ = idle.wait(timeout: 20)
+    let hz = Double(sysconf(Int32(_SC_CLK_TCK)))
+    let cpuPerHour = Double(after.cpu - before.cpu) / hz * 3600 / Double(idleSeconds)
+    print(
+        "| idle app, \(idleSeconds) s: wake-ups (context switches of all its threads) | \(format(Double(after.switches - before.switches) / Double(idleSeconds), 2)) per second |"
+    )
+    print(
+        "| idle app: CPU per idle hour | \(format(cpuPerHour * 1000, 0)) ms (clock-tick resolution: \(format(1000 / hz, 0)) ms) |"
+    )
+    print(
+        "| idle app: threads before / after (no thread of the journal's own) | \(before.threads) / \(after.threads) |\n"
+    )
+}
+
+func procStat(_ pid: Int32) -> [Substring] {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = text.lastIndex(of: ")")
+    else { return [] }
+    return text[text.index(after: close)...].split(separator: " ")
+}
+
+/// utime + stime, in clock ticks (fields 14 and 15; 12 and 13 after the command).
+func processTicks(_ pid: Int32) -> Int {
+    let fields = procStat(pid)
+    guard fields.count > 12 else { return 0 }
+    return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+}
+
+func threadCount(_ pid: Int32) -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").count) ?? 0
+}
+
+/// Voluntary and involuntary context switches of every thread: each wake-up is at least one.
+func contextSwitches(_ pid: Int32) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return tasks.reduce(0) { total, task in
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+        return total
+            + status.split(separator: "\n").filter { $0.contains("ctxt_switches") }.reduce(0) {
+                $0 + (Int($1.split(separator: "\t").last ?? "") ?? 0)
+            }
+    }
 }
 
 /// Replay of many crash files (64-frame stacks) into a store, and symbolication throughput.
@@ -389,8 +567,18 @@ case "pipeline":
     try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
     try replayBenchmarks(files: option("--files", default: 10_000))
+case "writer":
+    let directory = temporaryDirectory()
+    for _ in 0..<option("--runs", default: 5) {
+        print(
+            "writer alone: \(format(try writerAlone(events: option("--events", default: 200_000), directory: directory), 0)) events/s"
+        )
+    }
+case "journal":
+    try journalBenchmarks(idleSeconds: option("--idle-seconds", default: 30))
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N]\n".data(using: .utf8)!)
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N]\n"
+            .data(using: .utf8)!)
     exit(64)
 }

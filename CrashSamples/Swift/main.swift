@@ -254,7 +254,7 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
                 directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
                 staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
                 upload: upload,
-                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) } ?? 8 << 20))
+                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) } ?? 32 << 20))
     } catch {
         fail("crash capture not installed: \(error)")
     }

@@ -55,8 +55,9 @@ uint64_t crashcapture_journal_dropped(crashcapture_journal *journal);
 /// Ring bytes; whether they live in the session file (1) or only in memory (0).
 uint64_t crashcapture_journal_size(crashcapture_journal *journal);
 int crashcapture_journal_is_persistent(crashcapture_journal *journal);
-/// Faults the ring's pages in for writing, so track() never waits for the kernel to do it.
-void crashcapture_journal_prefault(crashcapture_journal *journal);
+/// Faults the ring's pages in for writing up to `ahead` bytes past what was handed out, so
+/// track() does not wait for the kernel to do it; the writer calls it as the ring fills.
+void crashcapture_journal_prefault(crashcapture_journal *journal, size_t ahead);
 
 /// The session file's path, or NULL.
 const char *crashcapture_session_file_path(void);

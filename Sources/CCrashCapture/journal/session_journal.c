@@ -10,6 +10,7 @@
 // position order and, once they are in SQLite, advances `consumed` so their space is reused.
 // The layout is in crashcapture_format.h, shared with the Swift reader used at replay.
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,49 @@ typedef struct cc_session_file {
 
 static cc_session_file cc_session = {.fd = -1};
 
+// CRC-32C: the CPU computes it eight bytes at a time (SSE 4.2's crc32), where a table-driven
+// CRC-32 costs about a microsecond for a typical event. The table is the fallback elsewhere.
+static uint32_t cc_crc32c_table[256];
+
+static uint32_t cc_crc32c_software(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = data;
+    crc = ~crc;
+    while (n--) crc = cc_crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t cc_crc32c_hardware(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t c = ~crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return ~c32;
+}
+#endif
+
+static uint32_t (*cc_crc32c)(uint32_t, const void *, size_t) = cc_crc32c_software;
+
+static void cc_crc32c_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t crc = i;
+        for (int bit = 0; bit < 8; bit++) crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+        cc_crc32c_table[i] = crc;
+    }
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2")) cc_crc32c = cc_crc32c_hardware;
+#endif
+}
+
+static pthread_once_t cc_crc32c_once = PTHREAD_ONCE_INIT;
+
+
 struct crashcapture_journal {
     _Atomic uint64_t *reserved;
     _Atomic uint64_t *consumed;
@@ -50,6 +94,7 @@ struct crashcapture_journal {
     char *ring;
     uint64_t size;
     bool persistent;
+    uint64_t prefaulted;  // ring bytes faulted in for writing so far (the writer's alone)
     _Atomic bool closed;
     _Atomic uint64_t words[3];  // the counters of a journal without a session file
 };
@@ -58,9 +103,11 @@ static crashcapture_journal cc_session_journal;
 
 static void cc_journal_init(crashcapture_journal *j, char *ring, uint64_t size, bool persistent,
                             _Atomic uint64_t *words) {
+    pthread_once(&cc_crc32c_once, cc_crc32c_init);
     j->ring = ring;
     j->size = ring != NULL ? size : 0;
     j->persistent = persistent;
+    j->prefaulted = 0;
     j->reserved = &words[0];
     j->consumed = &words[1];
     j->dropped = &words[2];
@@ -349,7 +396,7 @@ static uint32_t cc_entry_crc(uint64_t position, uint32_t type, uint32_t length, 
     memcpy(head, &position, 8);
     memcpy(head + 8, &type, 4);
     memcpy(head + 12, &length, 4);
-    return cc_crc32(cc_crc32(0, head, sizeof(head)), payload, length);
+    return cc_crc32c(cc_crc32c(0, head, sizeof(head)), payload, length);
 }
 
 int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const void *payload, size_t length) {
@@ -426,8 +473,14 @@ uint64_t crashcapture_journal_size(crashcapture_journal *j) { return j != NULL ?
 
 int crashcapture_journal_is_persistent(crashcapture_journal *j) { return j != NULL && j->persistent; }
 
-void crashcapture_journal_prefault(crashcapture_journal *j) {
-    if (j == NULL || j->ring == NULL || !j->persistent) return;
+void crashcapture_journal_prefault(crashcapture_journal *j, size_t ahead) {
+    if (j == NULL || j->ring == NULL || !j->persistent || j->prefaulted >= j->size) return;
+    // Only the first lap needs it: after that every page has been faulted in once. Pages the
+    // kernel wrote back fault once more for write, a minor fault without I/O.
+    uint64_t reserved = atomic_load_explicit(j->reserved, memory_order_relaxed);
+    uint64_t target = reserved + ahead < j->size ? (reserved + ahead + 4095) & ~(uint64_t)4095 : j->size;
+    if (target <= j->prefaulted) return;
     // Older kernels lack MADV_POPULATE_WRITE; the pages then fault on first use instead.
-    madvise(j->ring, j->size, MADV_POPULATE_WRITE);
+    madvise(j->ring + j->prefaulted, target - j->prefaulted, MADV_POPULATE_WRITE);
+    j->prefaulted = target;
 }

@@ -74,9 +74,11 @@ enum ccf_session_lifecycle {
 };
 
 /// A journal entry: at a multiple of 8 in the ring (wrapping at its end), a 24-byte header
-/// then the payload, padded to 8. The first word is the entry's logical position, stored last
-/// (release): an entry is whole only when that word equals its position and the CRC-32 (of
-/// position, type, length and payload) matches, so a torn entry is skipped, never half-read.
+/// then the payload, padded to 8. Header: the commit word (u64, the bitwise complement of the
+/// entry's logical position, stored last with release ordering, so zeros never pass for an
+/// entry), magic "CCJ1", u32 payload length, u32 type, u32 CRC-32C (Castagnoli) of position
+/// (u64), type, length and payload. An entry is whole only when both the commit word and the
+/// CRC match, so a torn entry is skipped, never half-read.
 #define CCF_JOURNAL_ENTRY_MAGIC "CCJ1"
 #define CCF_JOURNAL_HEADER_SIZE 24
 enum ccf_journal_entry_type {

@@ -53,6 +53,9 @@ final class EventPipeline: @unchecked Sendable {
     /// Where an entry that wraps around the ring's end is copied to be read whole.
     private let scratch = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CCF_MAXIMUM_PAYLOAD))
     private let writer = DispatchQueue(label: "CrashCapture.writer", qos: .utility)
+    private let pid = getpid()
+    /// `<session id>-`: every tracked event's id starts so.
+    private let idPrefix: String
     private var aliveTimer: DispatchSourceTimer?
     private var ended = false
 
@@ -60,7 +63,7 @@ final class EventPipeline: @unchecked Sendable {
     /// for tests of the pipeline alone).
     init(
         store: EventStore, identity: Identity, uploader: Uploader?, journal: OpaquePointer? = nil,
-        memoryJournalBytes: Int = 8 << 20, tracksLifecycle: Bool = true
+        memoryJournalBytes: Int = 1 << 20, tracksLifecycle: Bool = true
     ) {
         self.tracksLifecycle = tracksLifecycle
         self.store = store
@@ -74,6 +77,7 @@ final class EventPipeline: @unchecked Sendable {
             ownsJournal = true
         }
         written = DistinctIdentity(distinctID: identity.distinctID, loginID: nil)
+        idPrefix = identity.sessionID + "-"
         readPosition = crashcapture_journal_consumed(self.journal)
     }
 
@@ -94,7 +98,13 @@ final class EventPipeline: @unchecked Sendable {
 
     private func append(_ type: UInt32, _ text: inout String) {
         let appended = text.withUTF8 { crashcapture_journal_append(journal, type, $0.baseAddress, $0.count) == 0 }
-        if appended,
+        // A load first: while a drain is already scheduled (most calls under load), no caller
+        // takes the flag's cache line away from the others. The fence orders the entry's commit
+        // before that load, as the drain orders its clearing of the flag before its reads, so
+        // either the drain sees the entry or this call schedules another.
+        guard appended else { return }
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        if !drainScheduled.load(ordering: .relaxed),
             drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         {
             writer.async { self.drain() }
@@ -109,10 +119,13 @@ final class EventPipeline: @unchecked Sendable {
     /// Faults the journal's pages in off the caller's thread, then refreshes the session's
     /// last-alive time every 2 s (one wake-up, two stores into the mapping).
     func startBackgroundWork() {
-        writer.async { crashcapture_journal_prefault(self.journal) }
+        writer.async { crashcapture_journal_prefault(self.journal, Self.prefaultAhead) }
         let timer = DispatchSource.makeTimerSource(queue: writer)
         timer.schedule(deadline: .now() + 2, repeating: 2, leeway: .milliseconds(500))
-        timer.setEventHandler { crashcapture_session_alive() }
+        timer.setEventHandler {
+            crashcapture_session_alive()
+            self.drain()
+        }
         timer.resume()
         aliveTimer = timer
     }
@@ -152,14 +165,26 @@ final class EventPipeline: @unchecked Sendable {
     private func drain() {
         // Cleared before reading: an entry committed after this schedules another drain.
         drainScheduled.store(false, ordering: .sequentiallyConsistent)
-        var rows: [(id: String, payload: String)] = []
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        var rows: [EventStore.RawRow] = []
+        rows.reserveCapacity(Self.chunkSize)
+        // Entries that wrap around the ring's end are read through `scratch`: each gets a copy
+        // of its own, kept until its transaction ends. The rest are read where they lie.
+        var copies: [UnsafeMutableRawBufferPointer] = []
+        defer { copies.forEach { $0.deallocate() } }
         var position = readPosition
         var entry = crashcapture_journal_entry()
         while crashcapture_journal_read(journal, position, &entry, scratch, Int(CCF_MAXIMUM_PAYLOAD)) == 1 {
-            let bytes = UnsafeRawBufferPointer(start: entry.payload, count: Int(entry.length))
+            var bytes = UnsafeRawBufferPointer(start: entry.payload, count: Int(entry.length))
             switch entry.type {
             case UInt32(CCF_JOURNAL_EVENT.rawValue):
-                if let row = JournalEntries.eventRow(bytes) { rows.append(row) }
+                if entry.payload == UnsafePointer(scratch) {
+                    let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 8)
+                    copy.copyMemory(from: bytes)
+                    copies.append(copy)
+                    bytes = UnsafeRawBufferPointer(copy)
+                }
+                if let id = JournalEntries.idBytes(bytes) { rows.append((id, bytes)) }
             case UInt32(CCF_JOURNAL_IDENTITY.rawValue):
                 if let identity = JournalEntries.identity(bytes) {
                     if !rows.isEmpty {
@@ -178,12 +203,12 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     /// Stores `rows` under the current identity and marks the journal imported up to `position`.
-    private func commit(_ rows: inout [(id: String, payload: String)], upTo position: UInt64) -> Bool {
+    private func commit(_ rows: inout [EventStore.RawRow], upTo position: UInt64) -> Bool {
         let mark = EventStore.JournalMark(
             sessionID: identity.sessionID, position: position, distinctID: written.distinctID,
             loginID: written.loginID)
         do {
-            try store.insert(rows, context: sharedText(written, pid: getpid()), mark: mark)
+            try store.insert(raw: rows, context: sharedText(written, pid: pid), mark: mark)
         } catch {
             // The entries stay in the journal: the next drain, or the next start, stores them.
             CrashCapture.logger.error("could not store \(rows.count) events: \(error)")
@@ -191,11 +216,15 @@ final class EventPipeline: @unchecked Sendable {
         }
         rows.removeAll(keepingCapacity: true)
         crashcapture_journal_consume(journal, position)
+        crashcapture_journal_prefault(journal, Self.prefaultAhead)
         readPosition = position
         crashcapture_session_alive()
         uploader?.noteInserted()
         return true
     }
+
+    /// How far ahead of track() the writer faults the journal's pages in, during its first lap.
+    static let prefaultAhead = 8 << 20
 
     /// Events per insert transaction when a drain is large.
     static let chunkSize = 8192
@@ -205,16 +234,20 @@ final class EventPipeline: @unchecked Sendable {
         return String(repeating: "0", count: max(0, 12 - digits.utf8.count)) + digits
     }
 
-    /// The journal's text for an event: its id, a newline, then the event's own part (name,
-    /// time, id, method and properties). The marker stands for the rest (`sharedText`), which
-    /// the store keeps once and puts back on every read.
+    /// The journal's text for an event: its own part (name, time, id, method and properties).
+    /// The marker stands for the rest (`sharedText`), which the store keeps once and puts back
+    /// on every read. Names are plain (`[A-Za-z0-9_$]`), so `"event_id"` is found by its text.
     func journalText(_ event: PendingEvent, id: String) -> String {
-        var json = id
-        json.reserveCapacity(256)
-        json += "\n{\"type\":\"track\",\"event\":"
+        var json = "{\"type\":\"track\",\"event\":"
+        json.reserveCapacity(224)
         JSONText.appendQuoted(event.name, to: &json)
-        json +=
-            ",\"time\":\(event.timeMilliseconds),\"event_id\":\"\(id)\",\"lib\":{\"$lib_method\":\"\(event.method)\","
+        json += ",\"time\":"
+        json += String(event.timeMilliseconds)
+        json += ",\"event_id\":\""
+        json += id
+        json += "\",\"lib\":{\"$lib_method\":\""
+        json += event.method
+        json += "\","
         json += EventStore.contextMarker
         if let extra = event.extra { json += "," + extra }
         for (key, value) in event.properties {
@@ -261,13 +294,26 @@ final class EventPipeline: @unchecked Sendable {
 
 /// Reading journal entries back, for the writer and for the import of a dead session's journal.
 enum JournalEntries {
-    /// An event entry's id and stored payload (the text after the first newline).
+    static let idKey: [UInt8] = Array(",\"event_id\":\"".utf8)
+
+    /// An event entry's id (the value of its first `"event_id"`) and its stored payload (all of it).
     static func eventRow(_ bytes: UnsafeRawBufferPointer) -> (id: String, payload: String)? {
-        guard let newline = bytes.firstIndex(of: 0x0A) else { return nil }
-        return (
-            String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<newline]), as: UTF8.self),
-            String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(newline + 1)...]), as: UTF8.self)
-        )
+        guard let id = idBytes(bytes) else { return nil }
+        return (String(decoding: id, as: UTF8.self), String(decoding: bytes, as: UTF8.self))
+    }
+
+    static func idBytes(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        // Within the first hundred-odd bytes: after `{"type":"track","event":"<name>","time":<ms>`.
+        let key = idKey
+        guard bytes.count > key.count else { return nil }
+        var start = 0
+        search: for at in 0...(bytes.count - key.count) where bytes[at] == key[0] {
+            for offset in 1..<key.count where bytes[at + offset] != key[offset] { continue search }
+            start = at + key.count
+            break
+        }
+        guard start > 0, let end = bytes[start...].firstIndex(of: 0x22) else { return nil }
+        return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
     }
 
     static func identity(_ bytes: UnsafeRawBufferPointer) -> DistinctIdentity? {

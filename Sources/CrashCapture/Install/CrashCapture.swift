@@ -46,7 +46,8 @@ public enum CrashCapture: Sendable {
         /// for a session that was killed).
         public var trackLifecycle: Bool
         /// Bytes of the journal that holds tracked events until the writer stores them (in the
-        /// session file, reserved on disk at install). When it is full, track() drops and counts.
+        /// session file, reserved on disk at install; default 32 MiB, about 120,000 events). When
+        /// it is full, track() drops and counts.
         public var journalBytes: Int
 
         /// A configuration with the defaults for everything but where and who.
@@ -54,7 +55,7 @@ public enum CrashCapture: Sendable {
             directory: String, appName: String, appVersion: String, distinctID: String? = nil,
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
-            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 8 << 20
+            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20
         ) {
             self.directory = directory
             self.appName = appName
@@ -213,6 +214,15 @@ public enum CrashCapture: Sendable {
     /// The event store of the installed session, for the package's tools and tests.
     package static var eventStore: EventStore? { state.current?.store }
     package static var uploader: Uploader? { state.current?.uploader }
+    /// The installed session's journal: bytes handed out so far, its size, and whether it is
+    /// in the session file (false: in memory only). For the benchmarks.
+    package static var journalUsage: (reserved: UInt64, size: UInt64, persistent: Bool)? {
+        guard let journal = state.current?.journal else { return nil }
+        return (
+            crashcapture_journal_reserved(journal), crashcapture_journal_size(journal),
+            crashcapture_journal_is_persistent(journal) != 0
+        )
+    }
 
     /// Whether the crash handlers are in place.
     public static var isInstalled: Bool { crashcapture_is_installed() != 0 }

@@ -101,6 +101,13 @@ final class SQLiteStatement {
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
+    /// Binds text that stays where it is until the statement is reset: no copy.
+    func bind(_ index: Int32, borrowing text: UnsafeRawBufferPointer) throws {
+        let status = sqlite3_bind_text(
+            handle, index, text.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
+        if status != SQLITE_OK { throw connection.error(status) }
+    }
+
     func bindNull(_ index: Int32) throws {
         let status = sqlite3_bind_null(handle, index)
         if status != SQLITE_OK { throw connection.error(status) }
