@@ -155,6 +155,9 @@ NOINLINE void sample_concurrent_crashes(void) {
     for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
 }
 
+// fork() for the Swift sample, which Swift's Glibc module does not offer.
+int sample_fork(void) { return fork(); }
+
 NOINLINE void sample_crash_in_forked_child(void) {
     pid_t child = fork();
     if (child == 0) sample_null_read();

@@ -95,6 +95,19 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         _ = crashSwiftNullRead()
     case "pipeline-storm":
         trackUntilKilled()
+    case "pipeline-fork":
+        // The child's events must not land in the parent's journal: they are dropped there.
+        trackAll()
+        let child = sample_fork()
+        if child == 0 {
+            trackAll()
+            let dropped = CrashCapture.droppedBeforeStore
+            _exit(dropped == count ? 0 : 3)
+        }
+        var status: Int32 = 0
+        waitpid(child, &status, 0)
+        trackAll()
+        FileHandle.standardOutput.write(Data("child wait status \(status)\n".utf8))
     case "pipeline-oom":
         trackAll()
         FileHandle.standardOutput.write(Data("ready\n".utf8))
@@ -167,7 +180,7 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-oom",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-oom", "pipeline-fork",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {

@@ -229,6 +229,26 @@ import Testing
         }
     }
 
+    @Test func aForkedChildNeverWritesIntoItsParentsJournal() throws {
+        let directory = makeTemporaryDirectory("fork")
+        let result = try run(
+            Paths.swiftSample, ["pipeline-fork"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "4"])
+        #expect(result.exitCode == 0)
+        #expect(
+            result.stdout.contains("child wait status 0\n"),
+            "the child did not exit 0 after its track() calls were all dropped")
+        let stored = try storedEvents(directory)
+        // The parent's 4 before the fork and 4 after; none of the child's.
+        let indexes = events(stored, named: "sample_event").compactMap { property($0, "index") as? Int }
+        #expect(indexes == [0, 1, 2, 3, 0, 1, 2, 3])
+        #expect(events(stored, named: "$AppStart").count == 1)
+        #expect(events(stored, named: "$AppEnd").count == 1)
+        #expect(sessionFiles(directory).isEmpty, "the parent's clean end removed its session file")
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        #expect(try storedEvents(directory).count == stored.count, "nothing was left for a replay")
+    }
+
     @Test func aCProgramUnderThePreloadLibraryKilledIsPairedAndOneThatExitsLeavesNothing() throws {
         let directory = makeTemporaryDirectory("preload-killed")
         let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]

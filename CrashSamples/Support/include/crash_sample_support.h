@@ -37,4 +37,7 @@ void sample_wait_for_signal(void);
 }
 #endif
 
+/// fork(), for the Swift sample.
+int sample_fork(void);
+
 #endif

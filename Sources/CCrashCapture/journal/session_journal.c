@@ -312,7 +312,16 @@ void cc_session_file_detach_in_child(void) {
     // The mappings are not inherited (MADV_DONTFORK); the descriptor is, and closing this
     // copy leaves the parent's lock in place.
     atomic_store(&cc_session.detached, true);
-    atomic_store(&cc_session_journal.closed, true);
+    // Only this thread exists now: the journal can be emptied in place. Its counters move off
+    // the unmapped header, so the child's track() calls are refused and counted, never a fault.
+    crashcapture_journal *j = &cc_session_journal;
+    atomic_store(&j->closed, true);
+    j->ring = NULL;
+    j->size = 0;
+    for (int i = 0; i < 3; i++) atomic_store(&j->words[i], 0);
+    j->reserved = &j->words[0];
+    j->consumed = &j->words[1];
+    j->dropped = &j->words[2];
     if (cc_session.fd >= 0) close(cc_session.fd);
     cc_session.fd = -1;
 }
