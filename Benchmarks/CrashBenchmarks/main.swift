@@ -436,9 +436,13 @@ func journalBenchmarks(idleSeconds: Int) throws {
         environment: ["CRASHCAPTURE_DIR": temporaryDirectory(), "CRASH_SAMPLE_EVENTS": "0"])
     _ = idle.waitForOutput("ready")
     sleep(3)
-    let before = (cpu: processCPUNanoseconds(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid))
+    let before = (
+        cpu: processCPUNanoseconds(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid)
+    )
     sleep(UInt32(idleSeconds))
-    let after = (cpu: processCPUNanoseconds(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid))
+    let after = (
+        cpu: processCPUNanoseconds(idle.pid), switches: contextSwitches(idle.pid), threads: threadCount(idle.pid)
+    )
     kill(idle.pid, SIGKILL)
     _ = idle.wait(timeout: 20)
     let cpuPerHour = Double(after.cpu - before.cpu) / 1e9 * 3600 / Double(idleSeconds)

@@ -77,6 +77,7 @@ typedef struct cc_state {
     _Atomic(const char *) current_distinct_id;
     int64_t start_wall_ms;
     int64_t start_mono_ns;
+    uint64_t start_ticks;  // /proc/self/stat field 22, read once at install
 
     // Event JSON pieces serialized once at install.
     char session_record[8192];  // framed session record, rewritten if the file must be re-created

@@ -203,6 +203,7 @@ static int64_t cc_process_start_ms(void) {
     if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
                &start_ticks) != 1)
         return 0;
+    cc_global.start_ticks = start_ticks;
     long hz = sysconf(_SC_CLK_TCK);
     struct timespec boot_now;
     if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot_now) != 0) return 0;

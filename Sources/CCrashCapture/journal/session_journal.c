@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cc_internal.h"
@@ -130,45 +131,42 @@ static size_t cc_read_small_file(const char *path, char *out, size_t cap) {
     return (size_t)n;
 }
 
-static uint64_t cc_process_start_ticks(void) {
-    char stat[1024];
-    if (cc_read_small_file("/proc/self/stat", stat, sizeof(stat)) == 0) return 0;
-    const char *p = strrchr(stat, ')');
-    unsigned long long ticks = 0;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                            &ticks) != 1)
-        return 0;
-    return ticks;
-}
-
 // The file whose `oom_kill` line counts the OOM kills in this process's memory cgroup:
-// memory.events under cgroup v2, memory.oom_control under v1. "" when neither is readable.
+// memory.oom_control under cgroup v1 (preferred: its memory controller is the one that
+// limits, when both are mounted), memory.events under v2. Read with one read(2) and parsed in
+// place: install pays for every microsecond here. "" when this process is in neither.
 static void cc_memory_cgroup_counter(char *out, size_t cap) {
     out[0] = '\0';
-    FILE *cgroups = fopen("/proc/self/cgroup", "re");
-    if (cgroups == NULL) return;
-    char line[PATH_MAX + 64];
-    char candidate[PATH_MAX + 64];
-    while (fgets(line, sizeof(line), cgroups) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
+    char text[4096];
+    size_t n = cc_read_small_file("/proc/self/cgroup", text, sizeof(text));
+    const char *v2_path = NULL;
+    size_t v2_len = 0;
+    for (char *line = text; line < text + n;) {
+        char *end = memchr(line, '\n', (size_t)(text + n - line));
+        if (end == NULL) end = text + n;
+        *end = '\0';
         char *controllers = strchr(line, ':');
         char *path = controllers != NULL ? strchr(controllers + 1, ':') : NULL;
-        if (path == NULL) continue;
-        *path++ = '\0';
-        controllers++;
-        bool v2 = strcmp(line, "0") == 0 && controllers[0] == '\0';
-        bool v1 = false;
-        for (char *name = strtok(controllers, ","); name != NULL; name = strtok(NULL, ","))
-            if (strcmp(name, "memory") == 0) v1 = true;
-        if (!v1 && !v2) continue;
-        snprintf(candidate, sizeof(candidate), "%s%s/%s", v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup",
-                 strcmp(path, "/") == 0 ? "" : path, v1 ? "memory.oom_control" : "memory.events");
-        if (access(candidate, R_OK) == 0 && strlen(candidate) < cap) {
-            snprintf(out, cap, "%s", candidate);
-            if (v1) break;  // v1's memory controller is the one that limits, when both are mounted
+        if (path != NULL) {
+            *path++ = '\0';
+            controllers++;
+            if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
+                v2_path = path;
+                v2_len = strlen(path);
+            }
+            for (char *name = controllers; *name != '\0';) {
+                size_t length = strcspn(name, ",");
+                if (length == 6 && memcmp(name, "memory", 6) == 0) {
+                    snprintf(out, cap, "/sys/fs/cgroup/memory%s/memory.oom_control", strcmp(path, "/") == 0 ? "" : path);
+                    return;
+                }
+                name += length + (name[length] == ',');
+            }
         }
+        line = end + 1;
     }
-    fclose(cgroups);
+    if (v2_path != NULL && v2_len < cap - 40)
+        snprintf(out, cap, "/sys/fs/cgroup%s/memory.events", strcmp(v2_path, "/") == 0 ? "" : v2_path);
 }
 
 static uint64_t cc_oom_kills(const char *counter_file) {
@@ -200,10 +198,12 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     *step = "building the session file's context";
     char counter_file[PATH_MAX];
     cc_memory_cgroup_counter(counter_file, sizeof(counter_file));
-    size_t context_cap = CCF_SESSION_MAXIMUM_CONTEXT;
-    char *context = malloc(context_cap);
-    if (context == NULL) return ENOMEM;
-    cc_buf b = {context, 0, context_cap, false};
+    uint64_t oom_kills = cc_oom_kills(counter_file);
+    if (oom_kills == UINT64_MAX) counter_file[0] = '\0';  // not readable: nothing to compare with later
+    // Install holds its lock around this, so one static buffer serves (only its used pages
+    // are ever touched).
+    static char context[CCF_SESSION_MAXIMUM_CONTEXT];
+    cc_buf b = {context, 0, sizeof(context), false};
     cc_buf_append_str(&b, "{\"session_id\":\"");
     cc_buf_append_str(&b, cc_global.session_id);
     cc_buf_append_str(&b, "\"");
@@ -215,10 +215,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append_str(&b, ",\"static_properties\":{");
     cc_buf_append(&b, cc_global.static_props, cc_global.static_props_len);
     cc_buf_append_str(&b, "}}");
-    if (b.overflow) {
-        free(context);
-        return EOVERFLOW;
-    }
+    if (b.overflow) return EOVERFLOW;
     size_t header_size = (CCF_SESSION_FIXED_SIZE + b.len + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
     uint64_t wanted = ((uint64_t)journal_bytes + 7) & ~(uint64_t)7;
     if (wanted > CCF_SESSION_MAXIMUM_RING) wanted = CCF_SESSION_MAXIMUM_RING;
@@ -233,10 +230,10 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_put_u64(header + CCF_SESSION_AT_START_WALL_MS, (uint64_t)cc_global.start_wall_ms);
     cc_put_u64(header + CCF_SESSION_AT_START_MONO_NS, (uint64_t)cc_global.start_mono_ns);
     cc_put_u64(header + CCF_SESSION_AT_PID, (uint64_t)getpid());
-    cc_put_u64(header + CCF_SESSION_AT_START_TICKS, cc_process_start_ticks());
+    cc_put_u64(header + CCF_SESSION_AT_START_TICKS, cc_global.start_ticks);
     cc_put_u64(header + CCF_SESSION_AT_ALIVE_WALL_MS, (uint64_t)cc_global.start_wall_ms);
     cc_put_u64(header + CCF_SESSION_AT_ALIVE_MONO_NS, (uint64_t)cc_global.start_mono_ns);
-    cc_put_u64(header + CCF_SESSION_AT_OOM_KILLS, cc_oom_kills(counter_file));
+    cc_put_u64(header + CCF_SESSION_AT_OOM_KILLS, oom_kills);
     cc_put_u32(header + CCF_SESSION_AT_CONTEXT_SIZE, (uint32_t)b.len);
     memcpy(header + CCF_SESSION_AT_SESSION_ID, cc_global.session_id, 32);
     char boot_id[64];
@@ -254,22 +251,19 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_session.path[path.len] = '\0';
     *step = "creating the session file";
     int fd = openat(cc_global.dir_fd, cc_session.name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        free(context);
-        return errno;
-    }
+    if (fd < 0) return errno;
     int err = 0;
     // The ring's space is allocated now: a page of a shared mapping that the filesystem cannot
     // back when it is first written (disk full) would raise SIGBUS in track().
     *step = "reserving space for the journal";
     if (ring_in_file > 0 && posix_fallocate(fd, 0, (off_t)(header_size + ring_in_file)) != 0) ring_in_file = 0;
     cc_put_u64(header + CCF_SESSION_AT_RING_SIZE, ring_in_file);
+    // One write of the fixed header and the context; without a ring the file may end there
+    // (a reader takes what is missing of the header page as zeros, and the mapping's last page
+    // reads as zeros past the end of the file).
     *step = "writing the session file";
-    if (ring_in_file == 0 && ftruncate(fd, (off_t)header_size) != 0) err = errno;
-    if (err == 0 && (pwrite(fd, header, sizeof(header), 0) != (ssize_t)sizeof(header) ||
-                     pwrite(fd, context, b.len, CCF_SESSION_FIXED_SIZE) != (ssize_t)b.len))
-        err = errno != 0 ? errno : EIO;
-    free(context);
+    struct iovec parts[2] = {{header, sizeof(header)}, {context, b.len}};
+    if (pwritev(fd, parts, 2, 0) != (ssize_t)(sizeof(header) + b.len)) err = errno != 0 ? errno : EIO;
     // Replays take the lock exclusively: while this process holds it, its session is left alone.
     if (err == 0 && flock(fd, LOCK_SH | LOCK_NB) != 0) err = errno;
     char *mapped = MAP_FAILED;
