@@ -13,5 +13,8 @@ swift build -c release --disable-default-traits --product crash-sample-c
 Scripts/build-preload.sh
 # An app outside this package, against the CrashCapture product alone: the tests check what it
 # links and that it works.
+# SwiftPM can miss a source file added to a path dependency and reuse its old build plan: the
+# plan is dropped first (it is rebuilt in a second; the objects stay).
+rm -f .build/minimal-app/debug.yaml
 swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
 swift test "$@"

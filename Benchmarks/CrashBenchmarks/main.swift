@@ -204,12 +204,11 @@ struct TrackRun {
     var storeBytesPerEvent = 0
 }
 
-func trackRun(events: Int, configuration: CrashCapture.Configuration) throws -> TrackRun {
+func trackRun(events: Int, configuration: CrashCapture.Configuration, threads: Int = 4) throws -> TrackRun {
     try CrashCapture.install(configuration)
     defer { CrashCapture.uninstall() }
     // Let the writer fault the journal's pages in first, as it does right after install.
     CrashCapture.flush(timeout: 0)
-    let threads = 4
     let perThread = events / threads
     let samples = Samples()
     let start = monotonic()
@@ -252,16 +251,17 @@ func pipelineBenchmarks(events: Int) throws {
     let firstInstall = Double(monotonic() - installStart) / 1e6
     CrashCapture.uninstall()
     try? FileManager.default.removeItem(atPath: directory + "/events.sqlite")
-    // A journal that holds the whole burst whatever the writer does: the pipeline's own rates,
-    // in a directory of its own; then the default journal, into the store the figures below use.
+    // A journal that holds the whole burst whatever the writer does: the pipeline's own rates;
+    // then the default journal, into the store the figures below use.
     var large = configuration
     large.directory = temporaryDirectory()
     large.journalBytes = 128 << 20
-    let whole = try trackRun(events: events, configuration: large)
-    let run = try trackRun(events: events, configuration: configuration)
+    let run = try trackRun(events: events, configuration: large)
+    let whole = try trackRun(events: events, configuration: configuration)
     let latency = run.latency
     let rate = run.sustainedRate
-    print("## track() from 4 threads (\(events) events, default \(configuration.journalBytes >> 20) MiB journal)\n")
+    print(
+        "## track() from 4 threads (\(events) events, a \(large.journalBytes >> 20) MiB journal that holds them all)\n")
     print("| | value |")
     print("|---|---|")
     print("| into the journal (callers' view: first call to last return) | \(format(run.trackingRate, 0)) events/s |")
@@ -272,8 +272,14 @@ func pipelineBenchmarks(events: Int) throws {
     print(
         "| track() call, median / p99 / p99.9 | \(format(latency.median / 1000, 2)) / \(format(latency.percentile(0.99) / 1000, 2)) / \(format(latency.percentile(0.999) / 1000, 2)) µs |"
     )
+    var alone = configuration
+    alone.directory = temporaryDirectory()
+    let oneThread = try trackRun(events: events / 4, configuration: alone, threads: 1)
     print(
-        "| the same with a 128 MiB journal: into the journal / into SQLite / p99 / dropped | \(format(whole.trackingRate, 0)) / \(format(whole.sustainedRate, 0)) events/s / \(format(whole.latency.percentile(0.99) / 1000, 2)) µs / \(whole.dropped) |"
+        "| one thread alone (\(events / 4) events): track() median / p99 / p99.9 | \(format(oneThread.latency.median / 1000, 2)) / \(format(oneThread.latency.percentile(0.99) / 1000, 2)) / \(format(oneThread.latency.percentile(0.999) / 1000, 2)) µs |"
+    )
+    print(
+        "| the same with the default \(configuration.journalBytes >> 20) MiB journal: into the journal / into SQLite / p99 / dropped | \(format(whole.trackingRate, 0)) / \(format(whole.sustainedRate, 0)) events/s / \(format(whole.latency.percentile(0.99) / 1000, 2)) µs / \(whole.dropped) |"
     )
     let store = try EventStore(path: directory + "/events.sqlite")
 
@@ -572,6 +578,15 @@ case "pipeline":
     try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
     try replayBenchmarks(files: option("--files", default: 10_000))
+case "track":
+    // One thread calling track(), for profiling its cost alone.
+    let configuration = CrashCapture.Configuration(
+        directory: temporaryDirectory(), appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        trackLifecycle: false, journalBytes: 256 << 20)
+    let run = try trackRun(events: option("--events", default: 1_000_000), configuration: configuration, threads: 1)
+    print(
+        "track() alone: median \(format(run.latency.median / 1000, 2)) µs, p99 \(format(run.latency.percentile(0.99) / 1000, 2)) µs"
+    )
 case "writer":
     let directory = temporaryDirectory()
     for _ in 0..<option("--runs", default: 5) {

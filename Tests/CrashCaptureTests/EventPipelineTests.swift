@@ -108,4 +108,41 @@ import Testing
         // What is shared is stored once: a row is far smaller than the event it reads back as.
         #expect(pipeline.store.byteCount < stored.reduce(0) { $0 + $1.payload.utf8.count } / 2)
     }
+
+    @Test func theStackWriterWritesWhatTheStringPathWrites() throws {
+        let pipeline = try pipeline()
+        let events = [
+            PendingEvent(name: "plain", properties: [:], timeMilliseconds: 0, method: "code"),
+            PendingEvent(
+                name: "Buy", properties: ["q\"uote": "a\\b\n\u{1}\u{7f}é😀", "n": .int(-42), "big": .int(Int.max)],
+                timeMilliseconds: 1_795_394_899_135, method: "code"),
+            PendingEvent(
+                name: "mixed",
+                properties: [
+                    "d": .double(0.1), "e": .double(-1e-300), "t": .bool(true), "f": .bool(false),
+                    "list": .strings(["x", "y\"z", ""]), "empty": .strings([]),
+                ],
+                timeMilliseconds: 7, method: "code"),
+            PendingEvent(
+                name: "$AppEnd", properties: [:], timeMilliseconds: 9, method: "autoTrack", eventID: "s-end",
+                extra: "\"$event_duration\":1.500,\"$app_end_reason\":\"exit\""),
+        ]
+        for (index, event) in events.enumerated() {
+            let number = UInt64(index * 1_234_567 + 1)
+            let expected = pipeline.journalText(event, id: event.eventID ?? "session-" + EventPipeline.padded(number))
+            let written = withUnsafeTemporaryAllocation(byteCount: 2048, alignment: 8) { buffer in
+                var writer = JournalWriter(buffer)
+                pipeline.write(event, number: number, into: &writer)
+                #expect(!writer.overflow)
+                return String(decoding: writer.bytes, as: UTF8.self)
+            }
+            #expect(written == expected)
+        }
+        // Too small a buffer says so instead of writing past its end.
+        withUnsafeTemporaryAllocation(byteCount: 16, alignment: 8) { buffer in
+            var writer = JournalWriter(buffer)
+            pipeline.write(events[1], number: 1, into: &writer)
+            #expect(writer.overflow && writer.count <= 16)
+        }
+    }
 }

@@ -89,20 +89,62 @@ final class EventPipeline: @unchecked Sendable {
 
     /// Once this returns, the event is in the journal (or counted as dropped: the journal was full).
     func enqueue(_ event: PendingEvent) {
-        let id =
-            event.eventID ?? identity.sessionID + "-"
-            + Self.padded(sequence.wrappingAdd(1, ordering: .relaxed).newValue)
-        var text = journalText(event, id: id)
+        let number = event.eventID == nil ? sequence.wrappingAdd(1, ordering: .relaxed).newValue : 0
+        // Most events fit a buffer on the stack; a larger one takes the String path.
+        let appended = withUnsafeTemporaryAllocation(byteCount: 2048, alignment: 8) { buffer -> Bool? in
+            var writer = JournalWriter(buffer)
+            write(event, number: number, into: &writer)
+            guard !writer.overflow else { return nil }
+            return crashcapture_journal_append(
+                journal, UInt32(CCF_JOURNAL_EVENT.rawValue), writer.bytes.baseAddress, writer.count) == 0
+        }
+        if let appended {
+            if appended { scheduleDrain() }
+            return
+        }
+        var text = journalText(event, id: event.eventID ?? idPrefix + Self.padded(number))
         append(UInt32(CCF_JOURNAL_EVENT.rawValue), &text)
+    }
+
+    /// `journalText`, into a `JournalWriter`.
+    func write(_ event: PendingEvent, number: UInt64, into writer: inout JournalWriter) {
+        writer.append("{\"type\":\"track\",\"event\":")
+        writer.appendQuoted(event.name)
+        writer.append(",\"time\":")
+        writer.append(event.timeMilliseconds)
+        writer.append(",\"event_id\":\"")
+        if let id = event.eventID {
+            writer.append(id)
+        } else {
+            writer.append(idPrefix)
+            writer.append(Int64(number), width: 12)
+        }
+        writer.append("\",\"lib\":{\"$lib_method\":\"")
+        writer.append(event.method)
+        writer.append("\",\u{1}")
+        if let extra = event.extra {
+            writer.append(0x2c)
+            writer.append(extra)
+        }
+        for (key, value) in event.properties {
+            writer.append(0x2c)
+            writer.appendQuoted(key)
+            writer.append(0x3a)
+            writer.appendValue(value)
+        }
+        writer.append("}}")
     }
 
     private func append(_ type: UInt32, _ text: inout String) {
         let appended = text.withUTF8 { crashcapture_journal_append(journal, type, $0.baseAddress, $0.count) == 0 }
+        if appended { scheduleDrain() }
+    }
+
+    private func scheduleDrain() {
         // A load first: while a drain is already scheduled (most calls under load), no caller
         // takes the flag's cache line away from the others. The fence orders the entry's commit
         // before that load, as the drain orders its clearing of the flag before its reads, so
         // either the drain sees the entry or this call schedules another.
-        guard appended else { return }
         atomicMemoryFence(ordering: .sequentiallyConsistent)
         if !drainScheduled.load(ordering: .relaxed),
             drainScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
