@@ -249,6 +249,28 @@ import Testing
         #expect(try storedEvents(directory).count == stored.count, "nothing was left for a replay")
     }
 
+    @Test func aSessionFromAnEarlierBootEndsWithReboot() throws {
+        let directory = makeTemporaryDirectory("reboot")
+        let waiting = try Child(
+            Paths.swiftSample, ["pipeline-wait"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "2"])
+        #expect(waiting.waitForOutput("ready"))
+        kill(waiting.pid, SIGKILL)
+        #expect(waiting.wait(timeout: 20))
+        // The machine restarted since, as far as the file can tell: another boot id.
+        let path = directory + "/" + (try #require(sessionFiles(directory).first))
+        let fd = open(path, O_WRONLY)
+        let otherBoot = Array("00000000-0000-4000-8000-000000000000".utf8)
+        #expect(pwrite(fd, otherBoot, otherBoot.count, 152) == otherBoot.count)
+        close(fd)
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        let stored = try storedEvents(directory)
+        #expect(events(stored, named: "sample_event").count == 2)
+        let ends = events(stored, named: "$AppEnd")
+        #expect(ends.count == 1)
+        #expect(ends.first.map { property($0, "$app_end_reason") as? String } == "reboot")
+    }
+
     @Test func aCProgramUnderThePreloadLibraryKilledIsPairedAndOneThatExitsLeavesNothing() throws {
         let directory = makeTemporaryDirectory("preload-killed")
         let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]
