@@ -36,8 +36,9 @@ typedef struct crashcapture_property {
 } crashcapture_property;
 
 typedef struct crashcapture_config {
-    /// Where crash files and the distinct id live. Created 0700 if missing; a symlink or a
-    /// directory owned by another user is refused.
+    /// Where crash files and the distinct id live. Created 0700 if missing, and made 0700 if
+    /// others could read it; a symlink, a directory writable by everyone, or one owned by
+    /// another user is refused.
     const char *directory;
     const char *app_name;
     const char *app_version;

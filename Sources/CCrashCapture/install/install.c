@@ -101,6 +101,14 @@ static int cc_open_directory(const char *path) {
     if (st.st_mode & S_IWOTH) return cc_fail("crash directory %s is writable by everyone; refusing it", path);
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return cc_fail("cannot open directory %s: %s", path, strerror(errno));
+    // Every event and the user's ids live here: a directory of ours that others could read
+    // (0755, 0770) is made private, as a new one is made.
+    if ((st.st_mode & 077) != 0 && fchmod(fd, 0700) != 0) {
+        int saved = errno;
+        close(fd);
+        return cc_fail("crash directory %s is open to other users (mode %o) and cannot be made 0700: %s", path,
+                       (unsigned)(st.st_mode & 07777), strerror(saved));
+    }
     return fd;
 }
 

@@ -21,7 +21,8 @@ internal import Logging
 public enum CrashCapture: Sendable {
     /// What `install` needs: where reports and events live, who the app is, where events go.
     public struct Configuration: Sendable {
-        /// Where crash files, the distinct id and the event store live. Created 0700 if missing.
+        /// Where crash files, the distinct id and the event store live. Created 0700 if missing,
+        /// made 0700 if others could read it; its files are 0600 whatever the umask.
         public var directory: String
         /// `$app_name` of every event.
         public var appName: String
@@ -184,7 +185,7 @@ public enum CrashCapture: Sendable {
                 "login id must be 1 to 255 printable bytes without quotes or backslashes")
         }
         pipeline.setLoginID(loginID, distinctID: loginID)
-        try? Data(loginID.utf8).write(to: URL(fileURLWithPath: directory + "/login_id"), options: .atomic)
+        PrivateFiles.write(Array(loginID.utf8), to: directory + "/login_id")
         pipeline.enqueue(
             PendingEvent(
                 name: "$SignUp", properties: [:], timeMilliseconds: wallMilliseconds(), method: "code",
@@ -326,6 +327,7 @@ extension CrashCapture {
             store: store, identity: identity, uploader: uploader, journal: journal,
             tracksLifecycle: configuration.trackLifecycle)
         state.directory = directory
+        for name in ["login_id", "distinct_id"] { PrivateFiles.tighten(directory + "/" + name) }
         state.anonymousID = String(cString: crashcapture_distinct_id())
         if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
             crashcapture_set_distinct_id(saved) == 0

@@ -183,17 +183,14 @@ package struct CrashReplayer: Sendable {
     }
 
     private func move(_ path: String, into folder: String) -> String? {
-        let target = directory + "/" + folder
-        try? FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        guard let target = PrivateFiles.folder(directory + "/" + folder) else { return nil }
         let destination = target + "/" + (path as NSString).lastPathComponent
         return rename(path, destination) == 0 ? destination : nil
     }
 
     private func moveAside(_ path: String, problems: [CrashFileProblem]) -> String? {
-        guard let destination = move(path, into: "damaged") else { return nil }
-        let note =
-            "file: \(path)\n" + problems.map { "offset \($0.offset): \($0.reason)" }.joined(separator: "\n") + "\n"
-        try? note.write(toFile: destination + ".txt", atomically: true, encoding: .utf8)
-        return destination
+        PrivateFiles.moveAside(
+            path, in: directory,
+            note: problems.map { "offset \($0.offset): \($0.reason)" }.joined(separator: "\n") + "\n")
     }
 }

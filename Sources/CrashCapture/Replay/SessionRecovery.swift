@@ -298,11 +298,6 @@ package struct SessionRecovery: Sendable {
     }
 
     private func moveAside(_ path: String, reason: String) {
-        let target = directory + "/damaged"
-        try? FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
-        let destination = target + "/" + (path as NSString).lastPathComponent
-        if rename(path, destination) == 0 {
-            try? "file: \(path)\n\(reason)\n".write(toFile: destination + ".txt", atomically: true, encoding: .utf8)
-        }
+        _ = PrivateFiles.moveAside(path, in: directory, note: reason + "\n")
     }
 }

@@ -177,6 +177,7 @@ package final class EventStore: @unchecked Sendable {
 
     private static func openChecked(_ path: String, verify: Bool) throws -> SQLiteConnection {
         let connection: SQLiteConnection
+        PrivateFiles.prepareDatabase(path)
         do {
             connection = try SQLiteConnection(path: path)
             let application = try connection.scalarInt("PRAGMA application_id")

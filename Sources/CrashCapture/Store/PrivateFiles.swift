@@ -1,0 +1,65 @@
+internal import Foundation
+
+#if canImport(Glibc)
+    internal import Glibc
+#endif
+
+/// Files and folders in a capture directory hold every event and the user's ids: they are made
+/// 0600 and 0700 whatever the process's umask, never through a symbolic link, and ones found
+/// looser (made by an older version) are tightened.
+enum PrivateFiles {
+    /// Writes `bytes` to `path` whole or not at all (a temporary file renamed over it), mode 0600.
+    @discardableResult
+    static func write(_ bytes: some Collection<UInt8>, to path: String) -> Bool {
+        let temporary = path + ".tmp-\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        let bytes = Array(bytes)
+        let written =
+            fchmod(fd, 0o600) == 0 && bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count
+        close(fd)
+        guard written, rename(temporary, path) == 0 else {
+            unlink(temporary)
+            return false
+        }
+        return true
+    }
+
+    /// A folder of the capture directory (`damaged`, `archive`), mode 0700. Nil when the name is
+    /// taken by something else than a folder of ours (a symbolic link, a file): nothing is
+    /// moved into it then.
+    static func folder(_ path: String) -> String? {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { return nil }
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid() else { return nil }
+        if info.st_mode & 0o777 != 0o700 { chmod(path, 0o700) }
+        return path
+    }
+
+    /// An SQLite database made 0600 before SQLite first opens it: its -wal and -shm files take the
+    /// database's mode. A database (and its -wal and -shm) of ours found looser is tightened.
+    static func prepareDatabase(_ path: String) {
+        let fd = open(path, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
+        if fd >= 0 { close(fd) }
+        for file in [path, path + "-wal", path + "-shm"] { tighten(file) }
+    }
+
+    /// 0600 for a regular file of ours that others may read.
+    static func tighten(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
+            info.st_mode & 0o077 != 0
+        else { return }
+        chmod(path, 0o600)
+    }
+
+    /// Moves a file that could not be read whole into `<directory>/damaged/`, with a `.txt` note
+    /// beside it saying what was wrong where. Returns where it went, or nil when it stayed.
+    static func moveAside(_ path: String, in directory: String, note: String) -> String? {
+        guard let folder = folder(directory + "/damaged") else { return nil }
+        let destination = folder + "/" + (path as NSString).lastPathComponent
+        guard rename(path, destination) == 0 else { return nil }
+        write(Array(("file: \(path)\n" + note).utf8), to: destination + ".txt")
+        return destination
+    }
+}
