@@ -81,11 +81,9 @@ public struct CrashFileContents: Sendable {
 }
 
 public enum CrashFileReader: Sendable {
+    /// A symbolic link, a FIFO or anything but a regular file is refused, never followed or waited on.
     public static func read(path: String) throws -> CrashFileContents {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw CrashCaptureError.system("cannot open the crash file", path: path)
-        }
-        defer { try? handle.close() }
+        let handle = FileHandle(fileDescriptor: try CaptureFile.openForReading(path), closeOnDealloc: true)
         return try read(handle)
     }
 

@@ -145,8 +145,10 @@ extension Crashcap {
                         + "\(summary.count(.noCrash)) without a crash, \(summary.count(.skippedLive)) live, "
                         + "\(summary.count(.damaged)) damaged")
                 for file in summary.files where file.outcome == .damaged {
-                    print("damaged: \(file.path) -> \(file.movedTo ?? "left in place")")
-                    file.problems.forEach { print("  \($0)") }
+                    print(
+                        "damaged: \(CaptureFile.printable(file.path)) -> "
+                            + CaptureFile.printable(file.movedTo ?? "left in place"))
+                    file.problems.forEach { print("  " + CaptureFile.printable("\($0)")) }
                 }
                 let sessions = recovered.sessions
                 let closed = sessions.filter { $0.outcome == .closed }
@@ -161,7 +163,9 @@ extension Crashcap {
                                     separator: ", "))
                         + "), \(sessions.filter { $0.outcome == .alive }.count) alive, "
                         + "\(sessions.filter { $0.outcome == .busy }.count) busy, \(damagedSessions.count) damaged")
-                for session in damagedSessions { print("damaged: \(session.path): \(session.problem ?? "")") }
+                for session in damagedSessions {
+                    print("damaged: " + CaptureFile.printable("\(session.path): \(session.problem ?? "")"))
+                }
             }
             var complete = true
             if let endpoint { complete = try target.upload(store, to: endpoint) }

@@ -35,7 +35,13 @@ extension Crashcap {
             }
             let files: [String]
             if isDirectory.boolValue {
-                let names = try FileManager.default.contentsOfDirectory(atPath: path)
+                let names: [String]
+                do {
+                    names = try FileManager.default.contentsOfDirectory(atPath: path)
+                } catch {
+                    throw Crashcap.fail(
+                        "cannot list \(CaptureFile.printable(path)): \(String(cString: strerror(errno)))", code: 66)
+                }
                 files = names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map {
                     path + "/" + $0
                 }
@@ -50,7 +56,16 @@ extension Crashcap {
             let style = TextStyle(enabled: !noColor && !json && isatty(STDOUT_FILENO) == 1)
             var damaged = false
             for file in files {
-                let report = try CrashReport(path: file)
+                // One unreadable entry (a link, a FIFO, a directory under a crash file's name) is
+                // reported and passed over: the reports beside it are still shown.
+                let report: CrashReport
+                do {
+                    report = try CrashReport(path: file)
+                } catch {
+                    FileHandle.standardError.write(Data("crashcap: \(CaptureFile.printable("\(error)"))\n".utf8))
+                    damaged = true
+                    continue
+                }
                 damaged = damaged || !report.problems.isEmpty || report.crashed == nil
                 if json {
                     print(ReportRendering.json(report, symbols: symbolicator.symbolicate(report)))

@@ -63,14 +63,19 @@ package struct CrashReplayer: Sendable {
         var result = FileResult(path: path, outcome: .imported)
         // One descriptor, locked for the whole import: a named crash file still locked belongs to
         // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        let file = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
+        let fd: Int32
+        do {
+            fd = try CaptureFile.openForReading(path)
+        } catch {
+            // A link, a FIFO, a directory under a crash file's name: reported, never moved or read.
+            result.outcome = .damaged
+            result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
+            return result
+        }
+        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         defer { withExtendedLifetime(file) {} }
         let contents: CrashFileContents
         do {
-            guard let file else {
-                throw CrashCaptureError.system("cannot open the crash file", path: path)
-            }
             if flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK {
                 result.outcome = .skippedLive
                 return result

@@ -82,11 +82,12 @@ package struct SessionRecovery: Sendable {
         let name = (path as NSString).lastPathComponent
         var result = Result(
             path: path, sessionID: SessionFile.sessionID(fromFileName: name) ?? name, outcome: .closed)
-        // O_NONBLOCK: a FIFO planted under this name must not hang the replay.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        guard fd >= 0 else {
+        let fd: Int32
+        do {
+            fd = try CaptureFile.openForReading(path)
+        } catch {
             result.outcome = .damaged
-            result.problem = "cannot open: \(String(cString: strerror(errno)))"
+            result.problem = "\(error)"
             return result
         }
         defer { close(fd) }
@@ -95,12 +96,8 @@ package struct SessionRecovery: Sendable {
             result.outcome = .busy
             return result
         }
-        var info = stat()
         let session: SessionFile
         do {
-            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
-                throw CrashCaptureError.corrupt("not a regular file", path: path)
-            }
             session = try SessionFile.read(fd: fd, path: path)
         } catch {
             result.outcome = .damaged

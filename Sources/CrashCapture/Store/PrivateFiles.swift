@@ -1,3 +1,4 @@
+internal import CrashFileFormat
 internal import Foundation
 
 #if canImport(Glibc)
@@ -59,7 +60,7 @@ enum PrivateFiles {
         guard let folder = folder(directory + "/damaged") else { return nil }
         let destination = folder + "/" + (path as NSString).lastPathComponent
         guard rename(path, destination) == 0 else { return nil }
-        write(Array(("file: \(path)\n" + note).utf8), to: destination + ".txt")
+        write(Array(("file: \(CaptureFile.printable(path))\n" + note).utf8), to: destination + ".txt")
         return destination
     }
 }

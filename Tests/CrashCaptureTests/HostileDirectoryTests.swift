@@ -1,0 +1,88 @@
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Whoever can write the capture directory chooses what lies there. The app and the CLI never
+/// hang on it, never follow a link out of it, never stop at the first odd entry, and never copy a
+/// name's control characters into their output. Every run is bounded: a timeout fails the test.
+@Suite struct HostileDirectoryTests {
+    /// A directory with one real crash report in it, for the odd entries to sit beside.
+    func directoryWithAReport(_ label: String) throws -> String {
+        let directory = makeTemporaryDirectory(label)
+        let crashed = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGABRT)
+        return directory
+    }
+
+    @Test func aFIFOUnderACrashFilesNameHangsNothing() throws {
+        let directory = try directoryWithAReport("fifo")
+        #expect(mkfifo(directory + "/crash-0.ccr", 0o600) == 0)
+        #expect(mkfifo(directory + "/session-0.ccs", 0o600) == 0)
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 20)
+        #expect(!show.timedOut)
+        #expect(show.exitCode == 65)
+        #expect(show.stderr.contains("a FIFO"), "\(show.stderr)")
+        #expect(show.stdout.contains("SIGABRT"), "the real report beside it is still shown")
+        // The app's own start replays the directory on its writer queue; its exit waits for that.
+        let app = try run(
+            Paths.swiftSample, ["pipeline-track"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "3"],
+            timeout: 20)
+        #expect(!app.timedOut)
+        #expect(app.exitCode == 0)
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(!replay.timedOut)
+        #expect(replay.exitCode == 65, "a FIFO is reported: \(replay.stdout)")
+        #expect(replay.stdout.contains("a FIFO"))
+        var info = stat()
+        #expect(lstat(directory + "/crash-0.ccr", &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "left in place")
+    }
+
+    @Test func aLinkUnderACrashFilesNameIsNeverFollowed() throws {
+        let directory = try directoryWithAReport("link")
+        let outside = makeTemporaryDirectory("canary")
+        let canary = outside + "/canary.ccr"
+        // A real crash file outside the directory: followed, it would read as a report.
+        let elsewhere = try directoryWithAReport("elsewhere")
+        let real = try #require(crashFiles(in: elsewhere).first)
+        #expect(rename(real, canary) == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: canary))
+        #expect(symlink(canary, directory + "/crash-link.ccr") == 0)
+        let show = try run(Paths.crashcap, ["show", directory, "--json"], timeout: 20)
+        #expect(show.exitCode == 65)
+        #expect(show.stderr.contains("symbolic link"), "\(show.stderr)")
+        #expect(show.stdout.split(separator: "\n").count == 1, "only the report that is really there")
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(replay.exitCode == 65)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: canary)) == before, "the file outside is untouched")
+        var info = stat()
+        #expect(lstat(directory + "/crash-link.ccr", &info) == 0 && info.st_mode & S_IFMT == S_IFLNK)
+        #expect(!FileManager.default.fileExists(atPath: directory + "/damaged/crash-link.ccr"), "never moved")
+    }
+
+    @Test func aDirectoryUnderACrashFilesNameDoesNotStopShow() throws {
+        let directory = try directoryWithAReport("dir-entry")
+        #expect(mkdir(directory + "/crash-a.ccr", 0o700) == 0)
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 20)
+        #expect(show.exitCode == 65)
+        #expect(show.stderr.contains("a directory"), "\(show.stderr)")
+        #expect(!show.stderr.contains("NSCocoaErrorDomain"))
+        #expect(show.stdout.contains("SIGABRT"))
+    }
+
+    @Test func aNewlineInAFileNameIsEscapedInNotesAndOutput() throws {
+        let directory = makeTemporaryDirectory("newline")
+        let name = "crash-a\nforged line.ccr"
+        try Data("CCR1 not a record".utf8).write(to: URL(fileURLWithPath: directory + "/" + name))
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(replay.exitCode == 65)
+        #expect(!replay.stdout.contains("\nforged line"), "\(replay.stdout)")
+        #expect(replay.stdout.contains("crash-a\\x0aforged line.ccr"))
+        let note = try String(contentsOfFile: directory + "/damaged/" + name + ".txt", encoding: .utf8)
+        #expect(!note.contains("\nforged line") && note.contains("\\x0a"))
+    }
+}
