@@ -3,6 +3,8 @@
 #include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,6 +155,26 @@ NOINLINE void sample_concurrent_crashes(void) {
     pthread_barrier_init(&sample_crash_barrier, NULL, threads);
     for (int i = 0; i < threads; i++) pthread_create(&ids[i], NULL, sample_crash_together, NULL);
     for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
+}
+
+// The file-size limit lowered after install, then a crash: the process must still die of
+// SIGSEGV, never SIGXFSZ. With only the soft limit lowered the report is still written.
+static void sample_lower_file_size_limit(bool hard_too) {
+    struct rlimit limit;
+    getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 1024;
+    if (hard_too) limit.rlim_max = 1024;
+    setrlimit(RLIMIT_FSIZE, &limit);
+}
+
+NOINLINE void sample_file_size_soft_then_segv(void) {
+    sample_lower_file_size_limit(false);
+    sample_null_read();
+}
+
+NOINLINE void sample_file_size_hard_then_segv(void) {
+    sample_lower_file_size_limit(true);
+    sample_null_read();
 }
 
 // fork() for the Swift sample, which Swift's Glibc module does not offer.
@@ -309,6 +331,9 @@ static const sample_kind sample_kinds[] = {
     {"kill-from-outside", sample_wait_for_signal},
     {"deep-stack-64", sample_deep_stack_64},
     {"loader-lock", sample_crash_holding_loader_lock},
+    // Not in the harness's list: the hostile-conditions tests run them.
+    {"file-size-soft-then-segv", sample_file_size_soft_then_segv},
+    {"file-size-hard-then-segv", sample_file_size_hard_then_segv},
 };
 
 static const char *const sample_c_kinds[] = {

@@ -25,6 +25,7 @@ import Testing
         "cc_global",  // data: our own state, prepared at install
         "getrandom", "flock",  // the forked child's new crash file: one system call each
         "posix_fallocate",  // fallocate(2); glibc's fallback only calls fstat, fstatfs and pwrite
+        "getrlimit", "setrlimit",  // prlimit64(2): the file-size limit lifted for the report's writes
     ]
 
     static var folder: String { Paths.packageRoot + "/Sources/CCrashCapture/signal_safe" }

@@ -85,4 +85,35 @@ import Testing
         let note = try String(contentsOfFile: directory + "/damaged/" + name + ".txt", encoding: .utf8)
         #expect(!note.contains("\nforged line") && note.contains("\\x0a"))
     }
+
+    /// The file-size limit: our own writes never raise SIGXFSZ, and a crash still ends the
+    /// process with its own signal.
+    @Test func aSmallFileSizeLimitKillsNothing() throws {
+        let directory = makeTemporaryDirectory("fsize")
+        let preload = "CRASHCAPTURE_DIR='\(directory)' LD_PRELOAD='\(Paths.preloadLibrary)'"
+        // 100 KiB from the start: less than the 256 KiB reserved for a report by default.
+        let quiet = try run("/bin/sh", ["-c", "ulimit -f 100 && \(preload) exec /bin/true"], timeout: 20)
+        #expect(quiet.exitCode == 0, "died of signal \(quiet.signal ?? 0)")
+        let crashed = try run(
+            "/bin/sh", ["-c", "ulimit -f 100 && exec '\(Paths.cSample)' null-read"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    @Test(arguments: [("file-size-soft-then-segv", true), ("file-size-hard-then-segv", false)])
+    func aFileSizeLimitLoweredAfterInstall(kind: String, reportFits: Bool) throws {
+        let directory = makeTemporaryDirectory("fsize-later")
+        let crashed = try run(
+            Paths.cSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 20)
+        #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0), not of its own signal")
+        if reportFits {
+            // Only the soft limit was lowered: it is lifted for the report's writes.
+            _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+        } else {
+            // 1 KiB for good: no room for a report, and nothing half-written either.
+            #expect(crashFiles(in: directory).isEmpty)
+        }
+    }
 }

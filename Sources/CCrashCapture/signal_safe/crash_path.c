@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -811,6 +812,8 @@ static void cc_publish(int fd) {
         fsync(cc_global.dir_fd);
 }
 
+static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
+
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
     cc_crash c = {
         .signo = signo,
@@ -838,6 +841,24 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         total += CCF_RECORD_HEADER_SIZE + end;
     }
 
+    // RLIMIT_FSIZE lowered since install: a write past it raises SIGXFSZ, and the process would
+    // die of that instead of its own signal. The soft limit is lifted to the hard one for our
+    // writes and put back after; nothing is written past what remains allowed.
+    struct rlimit fsize;
+    bool limited = getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY;
+    bool lifted = false;
+    uint64_t allowed = UINT64_MAX;
+    if (limited) {
+        struct rlimit hard = {fsize.rlim_max, fsize.rlim_max};
+        lifted = fsize.rlim_max > fsize.rlim_cur && setrlimit(RLIMIT_FSIZE, &hard) == 0;
+        allowed = lifted ? (fsize.rlim_max == RLIM_INFINITY ? UINT64_MAX : fsize.rlim_max) : fsize.rlim_cur;
+    }
+    cc_write_report(out, total, cap, entry_ns, allowed);
+    if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
+}
+
+static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed) {
+    if (cc_global.record_offset + total > allowed) return;
     int fd = cc_crash_fd();
     if (fd < 0) return;
     int64_t write_start = cc_monotonic_ns();
@@ -853,7 +874,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     // flushes on its own schedule (the page cache outlives the process).
     size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, done - entry_ns,
                                     sync_start - write_start, synced - sync_start, done - synced, sync_ok);
-    if (timing > 0) {
+    if (timing > 0 && cc_global.record_offset + total + CCF_RECORD_HEADER_SIZE + timing <= allowed) {
         cc_frame_in_place(out, CCF_RECORD_TIMING, timing);
         cc_write_all(fd, out, CCF_RECORD_HEADER_SIZE + timing);
     }

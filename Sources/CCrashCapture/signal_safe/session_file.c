@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cc_internal.h"
@@ -105,7 +106,13 @@ int cc_open_session_file(const char **step) {
     cc_global.proc_fd_path[proc.len] = '\0';
     // Reserve the report's space now so that a full disk at crash time cannot lose it.
     *step = "reserving space for the crash file";
-    int err = posix_fallocate(fd, 0, (off_t)cc_global.reserved_bytes);
+    // Never past the file-size limit: posix_fallocate beyond RLIMIT_FSIZE raises SIGXFSZ, which
+    // would kill the program we are here to protect. A smaller reservation still holds a report.
+    size_t reserve = cc_global.reserved_bytes;
+    struct rlimit fsize;
+    if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && fsize.rlim_cur < reserve)
+        reserve = (size_t)fsize.rlim_cur;
+    int err = reserve < 4096 ? EFBIG : posix_fallocate(fd, 0, (off_t)reserve);
     if (err == 0) {
         *step = "writing the session record";
         err = !cc_build_session_record() ? EOVERFLOW
