@@ -177,6 +177,12 @@ NOINLINE void sample_file_size_hard_then_segv(void) {
     sample_null_read();
 }
 
+// Every descriptor taken, then a crash: the report must still have its full stack.
+NOINLINE void sample_no_descriptors_then_segv(void) {
+    while (open("/dev/null", O_RDONLY) >= 0) {}
+    sample_null_read();
+}
+
 // fork() for the Swift sample, which Swift's Glibc module does not offer.
 int sample_fork(void) { return fork(); }
 
@@ -334,6 +340,7 @@ static const sample_kind sample_kinds[] = {
     // Not in the harness's list: the hostile-conditions tests run them.
     {"file-size-soft-then-segv", sample_file_size_soft_then_segv},
     {"file-size-hard-then-segv", sample_file_size_hard_then_segv},
+    {"no-descriptors-then-segv", sample_no_descriptors_then_segv},
 };
 
 static const char *const sample_c_kinds[] = {

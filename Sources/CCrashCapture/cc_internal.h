@@ -23,6 +23,7 @@
 #define CC_DEFAULT_RESERVED_BYTES (256 * 1024)
 #define CC_RECORD_CAPACITY (512 * 1024)
 #define CC_ALTSTACK_SIZE (64 * 1024)
+#define CC_RESERVED_FDS 3
 
 
 // A growable-nowhere text buffer: appends stop at `cap` and set `overflow`.
@@ -58,6 +59,7 @@ typedef struct cc_state {
     _Atomic int session_ended;  // normal exit seen; the crash file was removed
     int fd;
     int dir_fd;
+    int reserved_fds[CC_RESERVED_FDS];  // /dev/null, opened at install, closed by the reporting thread
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     char directory[PATH_MAX];

@@ -1,3 +1,4 @@
+import CrashFileFormat
 import Foundation
 import TestSupport
 import Testing
@@ -115,5 +116,34 @@ import Testing
             // 1 KiB for good: no room for a report, and nothing half-written either.
             #expect(crashFiles(in: directory).isEmpty)
         }
+    }
+
+    @Test func aFileImportedInPartIsCountedAsDamaged() throws {
+        let directory = try directoryWithAReport("bitflip")
+        let path = try #require(crashFiles(in: directory).first)
+        let records = try CrashFileReader.read(path: path).records.filter { $0.type == .event }
+        let end = try #require(records.last, "the $AppEnd record")
+        // One bit of the $AppEnd's payload flipped: that record fails its checksum.
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        bytes[end.offset + 16 + 10] ^= 0x04
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(replay.exitCode == 65, "\(replay.stdout)")
+        #expect(replay.stdout.contains("1 damaged"), "\(replay.stdout)")
+        #expect(replay.stdout.contains("checksum"), "the note says what was wrong where")
+    }
+
+    @Test func aCrashWithNoDescriptorLeftStillGetsItsWholeStack() throws {
+        let directory = makeTemporaryDirectory("nofile")
+        let crashed = try run(
+            "/bin/sh", ["-c", "ulimit -n 64 && exec '\(Paths.cSample)' no-descriptors-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let properties = try #require(report.crashed?["properties"] as? [String: Any])
+        #expect(
+            properties["crash_unwinder"] as? String == "libunwind", "libunwind was ready before the descriptors ran out"
+        )
+        #expect(frameNames(report).contains("sample_no_descriptors_then_segv"))
     }
 }

@@ -31,6 +31,18 @@ import Testing
         events.compactMap { ($0["properties"] as? [String: Any])?["index"] as? Int }
     }
 
+    @Test func theExitFlushKeepsItsBoundWhileABackgroundUploadHangs() throws {
+        // The collector holds every request for 10 s: the upload started at 100 events is still
+        // on the wire when the app exits, and the exit flush (2 s) must not wait for it.
+        let collector = try CollectorProcess(["--delay-ms", "10000"])
+        let directory = makeTemporaryDirectory("exit-bound")
+        let result = try sample("pipeline-track", directory: directory, collector: collector, events: 150)
+        #expect(result.exitCode == 0)
+        #expect(result.seconds < 5, "exit took \(result.seconds) s with a 2 s exit flush")
+        // Nothing is lost: what was not acknowledged is still in the store for the next start.
+        #expect(try EventStore(path: directory + "/events.sqlite").count > 0)
+    }
+
     @Test func normalExitDeliversEverythingOnceInOrder() throws {
         let collector = try CollectorProcess()
         let directory = makeTemporaryDirectory("pipeline")

@@ -18,7 +18,7 @@
 #include "cc_internal.h"
 #include "crashcapture_sdk.h"
 
-cc_state cc_global = {.fd = -1, .dir_fd = -1};
+cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1}};
 
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cc_last_error[1024];
@@ -446,6 +446,10 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     cc_modules_capture();
     cc_load_libunwind();
+    // Descriptors kept for the crash path: libunwind makes a pipe as it starts walking, and a
+    // process may crash with none left (the stack would then come from frame pointers alone).
+    for (int i = 0; i < CC_RESERVED_FDS; i++)
+        if (cc_global.reserved_fds[i] < 0) cc_global.reserved_fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     cc_hook_runtimes();
     crashcapture_install_thread_stack();
     cc_threads_enable(true);

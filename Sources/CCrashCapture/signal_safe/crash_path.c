@@ -815,6 +815,12 @@ static void cc_publish(int fd) {
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
 
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
+    // Give back the descriptors kept at install: libunwind's pipe (and a named crash file, if
+    // one must be reopened) find room even when the process had none left.
+    for (int i = 0; i < CC_RESERVED_FDS; i++) {
+        if (cc_global.reserved_fds[i] >= 0) close(cc_global.reserved_fds[i]);
+        cc_global.reserved_fds[i] = -1;
+    }
     cc_crash c = {
         .signo = signo,
         .info = info,

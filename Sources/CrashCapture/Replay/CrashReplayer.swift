@@ -121,7 +121,9 @@ package struct CrashReplayer: Sendable {
             return result
         }
         if !result.problems.isEmpty {
-            result.outcome = rows.isEmpty ? .damaged : result.outcome
+            // Whatever was whole is imported, but part of the file was not: that is damage, and
+            // it is counted (and reflected in the exit status) as such.
+            result.outcome = .damaged
             result.movedTo = moveAside(path, problems: result.problems)
         } else if archive {
             result.movedTo = move(path, into: "archive")

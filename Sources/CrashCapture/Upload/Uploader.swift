@@ -145,8 +145,15 @@ package final class Uploader: @unchecked Sendable {
     }
 
     /// Sends everything now, on the calling thread's behalf, until done, a failure, or the deadline.
+    /// Returns by `deadline` even when a background upload is still waiting on a server that
+    /// does not answer: the exit flush's bound holds whatever is on the wire.
     package func flushNow(deadline: Date) {
-        queue.sync { flush(deadline: deadline) }
+        let done = DispatchSemaphore(value: 0)
+        queue.async {
+            self.flush(deadline: deadline)
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + max(0, deadline.timeIntervalSinceNow))
     }
 
     private func flush(deadline: Date?) {
