@@ -271,6 +271,36 @@ import Testing
         #expect(ends.first.map { property($0, "$app_end_reason") as? String } == "reboot")
     }
 
+    @Test func anExecEndsTheSessionOfTheImageBeforeIt() throws {
+        let directory = makeTemporaryDirectory("exec")
+        let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]
+        // The shell's session ends when it execs; true's ends at its exit: nothing is left.
+        #expect(try run("/bin/sh", ["-c", "exec /bin/true"], environment: preload).exitCode == 0)
+        #expect(sessionFiles(directory).isEmpty, "\(sessionFiles(directory))")
+        // Exec, then SIGKILL: one session to close (sleep's), not the shell's too.
+        let chain = try Child("/bin/sh", ["-c", "exec /bin/sleep 30"], environment: preload)
+        for _ in 0..<200 {
+            let files = sessionFiles(directory)
+            if files.count == 1, let ticks = try? sessionPid(directory + "/" + files[0]), ticks == chain.pid,
+                (try? String(contentsOfFile: "/proc/\(chain.pid)/comm", encoding: .utf8))?.hasPrefix("sleep") == true
+            {
+                break
+            }
+            usleep(10_000)
+        }
+        kill(chain.pid, SIGKILL)
+        #expect(chain.wait(timeout: 20))
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        let stored = try storedEvents(directory)
+        #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppEnd"])
+    }
+
+    func sessionPid(_ path: String) throws -> Int32 {
+        let fd = open(path, O_RDONLY)
+        defer { close(fd) }
+        return try SessionFile.read(fd: fd, path: path).pid
+    }
+
     @Test func aCProgramUnderThePreloadLibraryKilledIsPairedAndOneThatExitsLeavesNothing() throws {
         let directory = makeTemporaryDirectory("preload-killed")
         let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]

@@ -9,6 +9,7 @@
 // entry, and publish it by storing its commit word last; the SDK's writer thread reads entries in
 // position order and, once they are in SQLite, advances `consumed` so their space is reused.
 // The layout is in crashcapture_format.h, shared with the Swift reader used at replay.
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -194,7 +195,44 @@ static uint64_t cc_ring_size_within_limits(uint64_t header_size, uint64_t wanted
     return (wanted <= room ? wanted : room) & ~(uint64_t)(CCF_SESSION_PAGE - 1);
 }
 
+// A process that execs keeps its pid and start time but loses our state (mappings, descriptors,
+// atexit): the session file of the image before the exec would be left behind and later closed
+// as "killed". The new image, installing again (a preload library is inherited with the
+// environment), removes C sessions of its own pid and start time: they ended by exec. An SDK
+// predecessor keeps its file: its journal still has to be imported by a replay.
+static void cc_retire_exec_predecessors(void) {
+    int fd = dup(cc_global.dir_fd);
+    DIR *directory = fd >= 0 ? fdopendir(fd) : NULL;
+    if (directory == NULL) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    size_t prefix = strlen(CCF_SESSION_FILE_PREFIX);
+    for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
+        if (strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, prefix) != 0) continue;
+        int file = openat(cc_global.dir_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (file < 0) continue;
+        char header[CCF_SESSION_FIXED_SIZE];
+        struct stat info;
+        bool ours = fstat(file, &info) == 0 && S_ISREG(info.st_mode) &&
+                    pread(file, header, sizeof(header), 0) == (ssize_t)sizeof(header) &&
+                    memcmp(header, CCF_SESSION_MAGIC, 4) == 0;
+        close(file);
+        if (!ours) continue;
+        uint64_t pid, ticks;
+        uint32_t lifecycle;
+        memcpy(&pid, header + CCF_SESSION_AT_PID, 8);
+        memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
+        memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
+        if (pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && ticks != 0 &&
+            lifecycle == CCF_LIFECYCLE_AT_REPLAY)
+            unlinkat(cc_global.dir_fd, entry->d_name, 0);
+    }
+    closedir(directory);
+}
+
 int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const char **step) {
+    cc_retire_exec_predecessors();
     *step = "building the session file's context";
     char counter_file[PATH_MAX];
     cc_memory_cgroup_counter(counter_file, sizeof(counter_file));
