@@ -2,6 +2,7 @@
 // Benchmarks/run.sh, which builds everything in release mode first.
 //
 //   crashcap-bench crash [--runs N]     handler time, whole-process cost, install cost
+//   (pipeline, replay, journal, writer, track: see the usage line at the end)
 import CrashCapture
 import CrashCaptureCollector
 import CrashFileFormat
@@ -598,7 +599,7 @@ case "journal":
     try journalBenchmarks(idleSeconds: option("--idle-seconds", default: 30))
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -21,6 +21,26 @@ import Testing
         #expect(store.count == 15)
     }
 
+    /// Stores made before `seq` lost AUTOINCREMENT keep their table and work as before.
+    @Test func aStoreWithTheOlderAutoincrementTableStillWorks() throws {
+        let path = storePath()
+        let old = """
+            PRAGMA application_id = \(EventStore.applicationID);
+            CREATE TABLE events(seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
+                payload TEXT NOT NULL, bytes INTEGER NOT NULL, in_flight INTEGER NOT NULL DEFAULT 0,
+                context INTEGER NOT NULL DEFAULT 0);
+            INSERT INTO events(event_id, payload, bytes) VALUES ('old', '{"event":"old"}', 15);
+            """
+        let made = try run("/usr/bin/sqlite3", [path, old])
+        #expect(made.exitCode == 0, "\(made.stderr)")
+        let store = try EventStore(path: path)
+        #expect(try store.insert(events(0..<3)).inserted == 3)
+        #expect(try store.events().map(\.eventID) == ["old", "e0", "e1", "e2"])
+        let batch = try #require(try store.claimBatch(limit: 2))
+        try store.complete(batch)
+        #expect(try store.events().map(\.eventID) == ["e1", "e2"])
+    }
+
     @Test func capDropsTheOldestAndCountsThem() throws {
         let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 100, maximumBytes: 1 << 20))
         try store.insert(events(0..<60))

@@ -126,7 +126,7 @@ package struct CrashReplayer: Sendable {
             result.outcome = .damaged
             result.movedTo = moveAside(path, problems: result.problems)
         } else if archive {
-            result.movedTo = move(path, into: "archive")
+            result.movedTo = PrivateFiles.move(path, into: "archive", of: directory)
         } else {
             unlink(path)
         }
@@ -187,12 +187,6 @@ package struct CrashReplayer: Sendable {
             text = String(decoding: Array(text.utf8.prefix(16 * 1024 - 20)), as: UTF8.self) + "\n[truncated]"
         }
         return text
-    }
-
-    private func move(_ path: String, into folder: String) -> String? {
-        guard let target = PrivateFiles.folder(directory + "/" + folder) else { return nil }
-        let destination = target + "/" + (path as NSString).lastPathComponent
-        return rename(path, destination) == 0 ? destination : nil
     }
 
     private func moveAside(_ path: String, problems: [CrashFileProblem]) -> String? {

@@ -157,10 +157,12 @@ package struct SessionRecovery: Sendable {
             try store.insert([startEvent], context: shared(identity))
         }
         var rows: [(id: String, payload: String)] = []
+        var imported = start
         for entry in entries where entry.position >= start {
-            let next = entry.position + SessionFile.entrySize(entry.payload.count)
-            if entry.type == SessionFile.identityEntry {
-                guard let changed = entry.payload.withUnsafeBytes({ JournalEntries.identity($0) }) else { continue }
+            imported = entry.position + SessionFile.entrySize(entry.payload.count)
+            if entry.type == SessionFile.identityEntry,
+                let changed = entry.payload.withUnsafeBytes({ JournalEntries.identity($0) })
+            {
                 result.importedEvents += try flush(&rows, identity, upTo: entry.position, sessionID, shared)
                 identity = changed
             } else if entry.type == SessionFile.eventEntry,
@@ -168,13 +170,11 @@ package struct SessionRecovery: Sendable {
             {
                 rows.append(row)
                 if rows.count >= EventPipeline.chunkSize {
-                    result.importedEvents += try flush(&rows, identity, upTo: next, sessionID, shared)
+                    result.importedEvents += try flush(&rows, identity, upTo: imported, sessionID, shared)
                 }
             }
-            if entry.position == entries.last?.position {
-                result.importedEvents += try flush(&rows, identity, upTo: next, sessionID, shared)
-            }
         }
+        if imported > start { result.importedEvents += try flush(&rows, identity, upTo: imported, sessionID, shared) }
         let crashPath = directory + "/" + CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
         if access(crashPath, F_OK) == 0 {
             let breadcrumbs = Self.breadcrumbs(entries)
@@ -265,10 +265,11 @@ package struct SessionRecovery: Sendable {
         return "killed"
     }
 
-    static var currentBootID: String? {
+    /// Read once: a process never outlives its boot.
+    static let currentBootID: String? = {
         (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?
             .trimmingCharacters(in: .whitespacesAndNewlines)
-    }
+    }()
 
     static func oomKills(_ file: String) -> UInt64? {
         guard !file.isEmpty, let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }

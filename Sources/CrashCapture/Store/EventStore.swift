@@ -262,11 +262,6 @@ package final class EventStore: @unchecked Sendable {
         }
     }
 
-    /// A session's $AppStart and $AppEnd (ids ending in -start, -end) may reach the store by
-    /// several roads (the journal, a crash file, the pairing of a killed session): their ids are
-    /// always remembered, so each is stored once even after it was uploaded and deleted.
-    static func isLifecycleID(_ id: String) -> Bool { id.hasSuffix("-start") || id.hasSuffix("-end") }
-
     /// Appends events in the given order in one transaction. An event id already present (or,
     /// with `rememberIDs`, ever imported before) is skipped and counted as a duplicate.
     /// `context`: the text that `contextMarker` stands for in these payloads (stored once).
@@ -276,43 +271,15 @@ package final class EventStore: @unchecked Sendable {
         _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil,
         mark: JournalMark? = nil
     ) throws -> InsertResult {
-        lock.lock()
-        defer { lock.unlock() }
-        var result = InsertResult()
-        try change {
-            let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
-            if let mark { try self.save(mark) }
-            for event in events {
-                if rememberIDs || Self.isLifecycleID(event.id) {
-                    seenStatement.reset()
-                    try seenStatement.bind(1, event.id)
-                    let seen = try seenStatement.step()
-                    seenStatement.reset()
-                    if seen {
-                        result.duplicates += 1
-                        continue
-                    }
-                    rememberStatement.reset()
-                    try rememberStatement.bind(1, event.id)
-                    try rememberStatement.step()
-                }
-                insertStatement.reset()
-                try insertStatement.bind(1, event.id)
-                try insertStatement.bind(2, event.payload)
-                try insertStatement.bind(3, Int64(event.payload.utf8.count))
-                try insertStatement.bind(4, contextRow)
-                try insertStatement.step()
-                if connection.changes == 1 {
-                    result.inserted += 1
-                    eventCount += 1
-                    eventBytes += event.payload.utf8.count
-                } else {
-                    result.duplicates += 1
+        try insertRows(events.count, context: context, mark: mark) { index, insertRow in
+            var id = events[index].id
+            var payload = events[index].payload
+            try id.withUTF8 { id in
+                try payload.withUTF8 { payload in
+                    try insertRow(UnsafeRawBufferPointer(id), UnsafeRawBufferPointer(payload), rememberIDs)
                 }
             }
-            result.dropped = try enforceLimits()
         }
-        return result
     }
 
     /// A journal's rows, as the bytes the journal holds: bound to the insert where they are,
@@ -321,30 +288,26 @@ package final class EventStore: @unchecked Sendable {
 
     @discardableResult
     package func insert(raw rows: [RawRow], context: String, mark: JournalMark) throws -> InsertResult {
+        try insertRows(rows.count, context: context, mark: mark) { index, insertRow in
+            try insertRow(rows[index].id, rows[index].payload, false)
+        }
+    }
+
+    /// The one insert loop: `row(index, insertRow)` hands each row's bytes to `insertRow`, whose
+    /// last argument asks for the id to be remembered.
+    private func insertRows(
+        _ count: Int, context: String?, mark: JournalMark?,
+        row: (Int, (UnsafeRawBufferPointer, UnsafeRawBufferPointer, Bool) throws -> Void) throws -> Void
+    ) throws -> InsertResult {
         lock.lock()
         defer { lock.unlock() }
         var result = InsertResult()
         try change {
-            let contextRow = try self.contextID(for: context)
-            try self.save(mark)
-            for row in rows {
-                if Self.isLifecycleID(row.id) {
-                    rememberStatement.reset()
-                    try rememberStatement.bind(1, borrowing: row.id)
-                    try rememberStatement.step()
-                }
-                insertStatement.reset()
-                try insertStatement.bind(1, borrowing: row.id)
-                try insertStatement.bind(2, borrowing: row.payload)
-                try insertStatement.bind(3, Int64(row.payload.count))
-                try insertStatement.bind(4, contextRow)
-                try insertStatement.step()
-                if connection.changes == 1 {
-                    result.inserted += 1
-                    eventCount += 1
-                    eventBytes += row.payload.count
-                } else {
-                    result.duplicates += 1
+            let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
+            if let mark { try self.save(mark) }
+            for index in 0..<count {
+                try row(index) { id, payload, remember in
+                    try self.insertRow(id: id, payload: payload, context: contextRow, remember: remember, into: &result)
                 }
             }
             insertStatement.reset()
@@ -354,6 +317,41 @@ package final class EventStore: @unchecked Sendable {
         return result
     }
 
+    private func insertRow(
+        id: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, context: Int64, remember: Bool,
+        into result: inout InsertResult
+    ) throws {
+        if remember || Self.isLifecycleID(id) {
+            seenStatement.reset()
+            try seenStatement.bind(1, borrowing: id)
+            let seen = try seenStatement.step()
+            seenStatement.reset()
+            if seen {
+                result.duplicates += 1
+                return
+            }
+            rememberStatement.reset()
+            try rememberStatement.bind(1, borrowing: id)
+            try rememberStatement.step()
+        }
+        insertStatement.reset()
+        try insertStatement.bind(1, borrowing: id)
+        try insertStatement.bind(2, borrowing: payload)
+        try insertStatement.bind(3, Int64(payload.count))
+        try insertStatement.bind(4, context)
+        try insertStatement.step()
+        if connection.changes == 1 {
+            result.inserted += 1
+            eventCount += 1
+            eventBytes += payload.count
+        } else {
+            result.duplicates += 1
+        }
+    }
+
+    /// A session's $AppStart and $AppEnd (ids ending in -start, -end) may reach the store by
+    /// several roads (the journal, a crash file, the pairing of a killed session): their ids are
+    /// always remembered, so each is stored once even after it was uploaded and deleted.
     static func isLifecycleID(_ id: UnsafeRawBufferPointer) -> Bool {
         func ends(_ suffix: StaticString) -> Bool {
             let count = suffix.utf8CodeUnitCount

@@ -54,12 +54,18 @@ enum PrivateFiles {
         chmod(path, 0o600)
     }
 
+    /// Moves `path` into the folder `name` of `directory` (made as `folder` makes it). Returns
+    /// where it went, or nil when it stayed.
+    static func move(_ path: String, into name: String, of directory: String) -> String? {
+        guard let target = folder(directory + "/" + name) else { return nil }
+        let destination = target + "/" + (path as NSString).lastPathComponent
+        return rename(path, destination) == 0 ? destination : nil
+    }
+
     /// Moves a file that could not be read whole into `<directory>/damaged/`, with a `.txt` note
     /// beside it saying what was wrong where. Returns where it went, or nil when it stayed.
     static func moveAside(_ path: String, in directory: String, note: String) -> String? {
-        guard let folder = folder(directory + "/damaged") else { return nil }
-        let destination = folder + "/" + (path as NSString).lastPathComponent
-        guard rename(path, destination) == 0 else { return nil }
+        guard let destination = move(path, into: "damaged", of: directory) else { return nil }
         write(Array(("file: \(CaptureFile.printable(path))\n" + note).utf8), to: destination + ".txt")
         return destination
     }
