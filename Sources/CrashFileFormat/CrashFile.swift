@@ -14,6 +14,12 @@ public enum CrashFileLayout: Sendable {
     public static let maximumPayload = Int(CCF_MAXIMUM_PAYLOAD)
     /// Files are read up to this size; anything past it is reported, never loaded.
     public static let maximumFileSize = Int(CCF_MAXIMUM_FILE_SIZE)
+    /// Records read from one file at most; the rest is reported as damage.
+    public static let maximumRecords = Int(CCF_MAXIMUM_RECORDS)
+    /// Damaged places reported in one file at most before the reader gives up on the rest.
+    public static let maximumProblems = Int(CCF_MAXIMUM_PROBLEMS)
+    /// JSON values parsed from one file's records at most.
+    public static let maximumJSONValues = Int(CCF_MAXIMUM_JSON_VALUES)
     /// Crash files are named `crash-<session>.ccr`.
     public static let fileExtension = CCF_FILE_EXTENSION
     /// The start of every crash file's name.
@@ -87,16 +93,31 @@ public enum CrashFileReader: Sendable {
         return try read(handle)
     }
 
-    /// Reads from an open file, from its start.
+    /// Reads from an open file, from its start, into one buffer sized by the file (never more
+    /// than the limit).
     public static func read(_ handle: FileHandle) throws -> CrashFileContents {
-        try handle.seek(toOffset: 0)
-        let data = try handle.read(upToCount: CrashFileLayout.maximumFileSize + 1) ?? Data()
-        var contents = parse(Array(data.prefix(CrashFileLayout.maximumFileSize)))
-        if data.count > CrashFileLayout.maximumFileSize {
+        let fd = handle.fileDescriptor
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw CrashCaptureError.system("cannot inspect the crash file", path: nil) }
+        let limit = CrashFileLayout.maximumFileSize
+        var bytes = [UInt8](repeating: 0, count: min(max(Int(info.st_size), 0), limit) + 1)
+        var count = 0
+        while count < bytes.count {
+            let got = bytes.withUnsafeMutableBytes {
+                pread(fd, $0.baseAddress! + count, $0.count - count, off_t(count))
+            }
+            if got < 0 && errno == EINTR { continue }
+            guard got >= 0 else { throw CrashCaptureError.system("cannot read the crash file", path: nil) }
+            if got == 0 { break }
+            count += got
+        }
+        let larger = count > limit
+        bytes.removeLast(bytes.count - min(count, limit))
+        var contents = parse(bytes)
+        if larger {
             contents.problems.append(
                 CrashFileProblem(
-                    offset: CrashFileLayout.maximumFileSize,
-                    reason: "file is larger than \(CrashFileLayout.maximumFileSize) bytes; the rest was not read"))
+                    offset: limit, reason: "file is larger than \(limit) bytes; the rest was not read"))
         }
         return contents
     }
@@ -110,6 +131,8 @@ public enum CrashFileReader: Sendable {
         // Resynchronising after damage may checksum the same bytes again; a crafted file could
         // make that quadratic. Four passes over the file are more than any honest damage needs.
         var budget = max(4 * bytes.count, 4 << 20)
+        var payloadBytes = 0
+        var jsonValues = 0
         while offset < bytes.count {
             if bytes[offset] == 0 {
                 guard let next = firstNonZero(bytes, from: offset) else { break }
@@ -118,13 +141,34 @@ public enum CrashFileReader: Sendable {
                 offset = next
                 continue
             }
-            guard budget > 0 else {
+            guard budget > 0, contents.problems.count < CrashFileLayout.maximumProblems else {
                 contents.problems.append(
                     CrashFileProblem(offset: offset, reason: "too much damage to scan further; the rest was not read"))
                 break
             }
+            guard contents.records.count < CrashFileLayout.maximumRecords else {
+                contents.problems.append(
+                    CrashFileProblem(
+                        offset: offset,
+                        reason: "more than \(CrashFileLayout.maximumRecords) records, more than a crash writes; "
+                            + "the rest was not read"))
+                break
+            }
             switch parseRecord(bytes, at: offset, budget: &budget) {
             case .success(let record):
+                payloadBytes += record.payload.count
+                jsonValues += Self.jsonValueCount(record.payload)
+                guard payloadBytes <= CrashFileLayout.maximumPayload,
+                    jsonValues <= CrashFileLayout.maximumJSONValues
+                else {
+                    contents.problems.append(
+                        CrashFileProblem(
+                            offset: offset,
+                            reason: "records hold more than \(CrashFileLayout.maximumPayload) bytes or "
+                                + "\(CrashFileLayout.maximumJSONValues) JSON values in all, more than a crash "
+                                + "writes; the rest was not read"))
+                    return contents
+                }
                 contents.records.append(record)
                 offset += CrashFileLayout.headerSize + record.payload.count
             case .failure(let problem):
@@ -169,6 +213,33 @@ public enum CrashFileReader: Sendable {
             return .failure(.init(offset: offset, reason: "unknown record type \(type)"))
         }
         return .success(CrashRecord(type: recordType, offset: offset, payload: Array(bytes[start..<start + length])))
+    }
+
+    /// An upper bound on the values a JSON text holds: every value but the first follows a
+    /// comma or an opening bracket outside strings. Counted before parsing, which costs a
+    /// hundred bytes or so per value.
+    static func jsonValueCount(_ payload: [UInt8]) -> Int {
+        payload.withUnsafeBufferPointer { bytes in
+            var count = 1
+            var inString = false
+            var escaped = false
+            for byte in bytes {
+                if inString {
+                    if escaped {
+                        escaped = false
+                    } else if byte == UInt8(ascii: "\\") {
+                        escaped = true
+                    } else if byte == UInt8(ascii: "\"") {
+                        inString = false
+                    }
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = true
+                } else if byte == UInt8(ascii: ",") || byte == UInt8(ascii: "[") || byte == UInt8(ascii: "{") {
+                    count += 1
+                }
+            }
+            return count
+        }
     }
 
     /// The reserved tail is mostly zeros: scan it eight bytes at a time.

@@ -61,9 +61,19 @@ public struct CrashReport: @unchecked Sendable {
         self.session = session
         self.events = events
         self.timing = timing
-        self.problems = problems
+        let details = events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any] ?? [:]
         frames = Self.decodeFrames(details)
         modules = Self.decodeModules(details)
+        for (key, limit) in [("frames", Self.maximumFrames), ("modules", Self.maximumModules)] {
+            let count = (details[key] as? [Any])?.count ?? 0
+            if count > limit {
+                problems.append(
+                    CrashFileProblem(
+                        offset: 0,
+                        reason: "\(count) \(key), more than a crash writes; only the first \(limit) were read"))
+            }
+        }
+        self.problems = problems
     }
 
     public init(path: String) throws {
@@ -88,8 +98,13 @@ public struct CrashReport: @unchecked Sendable {
     public private(set) var frames: [Frame] = []
     public private(set) var modules: [Module] = []
 
+    /// The crash path writes at most this many frames and modules; a file that claims more is not
+    /// followed past them (each frame costs a symbol lookup at replay).
+    public static let maximumFrames = 256
+    public static let maximumModules = 512
+
     static func decodeFrames(_ details: [String: Any]) -> [Frame] {
-        (details["frames"] as? [[String: Any]] ?? []).map { frame in
+        (details["frames"] as? [[String: Any]] ?? []).prefix(maximumFrames).map { frame in
             Frame(
                 pc: Self.hex(frame["pc"]) ?? 0, module: (frame["module"] as? NSNumber)?.intValue,
                 offset: Self.hex(frame["offset"]))
@@ -97,7 +112,7 @@ public struct CrashReport: @unchecked Sendable {
     }
 
     static func decodeModules(_ details: [String: Any]) -> [Module] {
-        (details["modules"] as? [[String: Any]] ?? []).map { module in
+        (details["modules"] as? [[String: Any]] ?? []).prefix(maximumModules).map { module in
             Module(
                 path: module["path"] as? String ?? "", loadBias: Self.hex(module["load_bias"]) ?? 0,
                 start: Self.hex(module["start"]) ?? 0, end: Self.hex(module["end"]) ?? 0,

@@ -1,3 +1,4 @@
+import CrashCapture
 import CrashFileFormat
 import Foundation
 import TestSupport
@@ -145,5 +146,67 @@ import Testing
             properties["crash_unwinder"] as? String == "libunwind", "libunwind was ready before the descriptors ran out"
         )
         #expect(frameNames(report).contains("sample_no_descriptors_then_segv"))
+    }
+
+    /// Crafted crash files that once cost seconds, gigabytes and the store's real events.
+    enum HostileFile: String, CaseIterable {
+        case repeatedMagic, emptyRecords, floodOfEvents, oneHugeStack
+
+        func bytes() -> [UInt8] {
+            let size = 16 << 20
+            switch self {
+            case .repeatedMagic:
+                return Array(Array(repeating: CrashFileLayout.magic, count: size / 4).joined())
+            case .emptyRecords:
+                let one = record(type: 2, payload: [])
+                return Array(Array(repeating: one, count: size / one.count).joined())
+            case .floodOfEvents:
+                var out = record(type: 1, payload: Array(#"{"session_id":"flood"}"#.utf8))
+                var index = 0
+                while out.count < size - 200 {
+                    out += record(
+                        type: 2,
+                        payload: Array(
+                            #"{"event_id":"flood-\#(index)","event":"flood","type":"track","time":1,"properties":{}}"#
+                                .utf8))
+                    index += 1
+                }
+                return out
+            case .oneHugeStack:
+                // Half a million frames in one event, in a record as large as the format allows.
+                let frames = Array(repeating: "0", count: 500_000).joined(separator: ",")
+                let json =
+                    #"{"event_id":"huge","event":"$AppCrashed","type":"track","properties":{},"crash":{"frames":[\#(frames)]}}"#
+                return record(type: 2, payload: Array(json.utf8))
+            }
+        }
+
+        func record(type: UInt32, payload: [UInt8]) -> [UInt8] {
+            func le(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+            let header = le(type) + le(UInt32(payload.count))
+            return CrashFileLayout.magic + header + le(CRC32.update(CRC32.update(0, header), payload)) + payload
+        }
+    }
+
+    /// Each crafted file costs the reader at most 1 s and 64 MiB more than an empty directory,
+    /// imports no more events than a crash writes, and leaves a short note.
+    @Test(arguments: HostileFile.allCases)
+    func aCraftedFileIsReadWithinBounds(_ file: HostileFile) throws {
+        let empty = makeTemporaryDirectory("hostile-baseline")
+        let (baseline, baselineBytes) = try runMeasuringMemory(Paths.crashcap, ["replay", empty], timeout: 20)
+        let directory = makeTemporaryDirectory("hostile-\(file.rawValue)")
+        try Data(file.bytes()).write(to: URL(fileURLWithPath: directory + "/crash-hostile.ccr"))
+        for command in [["replay", directory], ["show", directory + "/damaged/crash-hostile.ccr", "--json"]] {
+            let (result, peakBytes) = try runMeasuringMemory(Paths.crashcap, command, timeout: 20)
+            #expect(!result.timedOut)
+            #expect(result.exitCode == 65, "\(command[0]): \(result.stdout) \(result.stderr)")
+            #expect(result.seconds <= baseline.seconds + 1, "\(command[0]) took \(result.seconds) s")
+            #expect(
+                peakBytes <= baselineBytes + 64 << 20, "\(command[0]) peaked at \(peakBytes >> 20) MiB")
+        }
+        let store = try EventStore(path: directory + "/events.sqlite")
+        #expect(try store.events(limit: 1000).count <= CrashFileLayout.maximumRecords)
+        var note = stat()
+        #expect(stat(directory + "/damaged/crash-hostile.ccr.txt", &note) == 0 && note.st_size <= 8192)
     }
 }

@@ -63,6 +63,22 @@ package func run(
         timeout: timeout)
 }
 
+/// Like `run`, and also the program's peak resident memory in bytes. Taken by GNU time, which
+/// forks before it execs: our own spawn shares the test's memory until the exec, and the
+/// kernel would count the test's peak as the child's.
+package func runMeasuringMemory(
+    _ path: String, _ arguments: [String], timeout: Double = 60
+) throws -> (result: RunResult, peakBytes: Int) {
+    let report = NSTemporaryDirectory() + "crashcapture-maxrss-\(UUID().uuidString)"
+    defer { unlink(report) }
+    let result = try run("/usr/bin/time", ["-f", "%M", "-o", report, path] + arguments, timeout: timeout)
+    let text = try String(contentsOfFile: report, encoding: .utf8)
+    guard let kilobytes = text.split(separator: "\n").last.flatMap({ Int($0) }) else {
+        throw TestFailure("GNU time wrote no figure: \(text)")
+    }
+    return (result, kilobytes * 1024)
+}
+
 package func makeTemporaryDirectory(_ label: String = "cc") -> String {
     let path = NSTemporaryDirectory() + "crashcapture-tests-\(label)-\(UUID().uuidString)"
     try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)

@@ -15,10 +15,23 @@
 
 #define CCF_RECORD_MAGIC "CCR1"
 #define CCF_RECORD_HEADER_SIZE 16
-/// The largest payload a record may declare; a larger length is damage.
+/// The largest payload a record may declare, and the most that all the records of one file
+/// may hold together (the crash path writes at most CC_RECORD_CAPACITY, 512 KiB, of events):
+/// this bounds the JSON a reader parses per file.
 #define CCF_MAXIMUM_PAYLOAD 1048576  // 1 MiB
 /// Readers stop here; anything past it is reported, never loaded.
 #define CCF_MAXIMUM_FILE_SIZE 16777216  // 16 MiB
+/// The crash path writes a session record, two events and a timing record; readers take at most
+/// this many records from one file and report the rest as damage, so a crafted file cannot
+/// flood the store or make the reader's memory grow with its record count.
+#define CCF_MAXIMUM_RECORDS 16
+/// Readers stop scanning a file after this many damaged places; honest damage (a torn tail,
+/// a flipped bit) makes one or two.
+#define CCF_MAXIMUM_PROBLEMS 16
+/// JSON values (objects, arrays and their members) that readers parse from one file's records
+/// at most. A crash's report holds a few thousand (256 frames, 512 modules); parsed, each costs
+/// a reader about a hundred bytes, so this bounds the memory a crafted file can make it use.
+#define CCF_MAXIMUM_JSON_VALUES 65536
 #define CCF_FILE_PREFIX "crash-"
 #define CCF_FILE_EXTENSION "ccr"
 

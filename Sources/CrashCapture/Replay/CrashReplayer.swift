@@ -138,7 +138,7 @@ package struct CrashReplayer: Sendable {
         var event = event
         let symbols = symbolicator.symbolicate(report)
         var crash = event["crash"] as? [String: Any] ?? [:]
-        var frames = crash["frames"] as? [[String: Any]] ?? []
+        var frames = Array((crash["frames"] as? [[String: Any]] ?? []).prefix(CrashReport.maximumFrames))
         for index in frames.indices where index < symbols.count {
             let symbol = symbols[index]
             frames[index]["module_name"] = symbol.module
