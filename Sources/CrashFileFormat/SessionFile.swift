@@ -6,9 +6,9 @@ internal import Foundation
 #endif
 
 /// A session file as a later process reads it: the facts about the session from its header
-/// and the journal entries its ring still holds. Read with `read(2)`, never mapped, and
-/// bounded by `CCF_SESSION_MAXIMUM_RING`, so a truncated or hostile file can neither raise
-/// SIGBUS in the reader nor make it allocate more than that.
+/// and the journal entries its ring still holds. Read with `read(2)`, never mapped, through a
+/// window of a few MiB that slides along the ring, so a truncated or hostile file can neither
+/// raise SIGBUS in the reader nor make its memory grow with the ring's size.
 package struct SessionFile: Sendable {
     package enum Lifecycle: UInt32, Sendable {
         case none = 0, tracked = 1, atReplay = 2
@@ -40,8 +40,12 @@ package struct SessionFile: Sendable {
         (try? JSONSerialization.jsonObject(with: Data(contextText.utf8))) as? [String: Any] ?? [:]
     }
     package var contextText: String
-    /// The ring's bytes; empty without a journal.
-    package var ring: [UInt8]
+    /// The ring's size in bytes; 0 without a journal.
+    package var ringSize: UInt64
+    /// Borrowed from the caller, who keeps it open while entries are read.
+    let fd: Int32
+    let path: String
+    let headerSize: Int
 
     package static let filePrefix = CCF_SESSION_FILE_PREFIX
     package static let fileExtension = CCF_SESSION_FILE_EXTENSION
@@ -99,9 +103,6 @@ package struct SessionFile: Sendable {
         else {
             throw CrashCaptureError.corrupt("session file context is not the JSON object it should be", path: path)
         }
-        // A file cut short reads as zeros past its end: torn entries there are skipped like any other.
-        var ring = try readExactly(fd: fd, offset: headerSize, count: Int(ringSize), path: path)
-        if ring.count < Int(ringSize) { ring += [UInt8](repeating: 0, count: Int(ringSize) - ring.count) }
         let oom = u64(CCF_SESSION_AT_OOM_KILLS)
         return SessionFile(
             sessionID: sessionID, lifecycle: Lifecycle(rawValue: u32(CCF_SESSION_AT_LIFECYCLE)) ?? .none,
@@ -114,7 +115,7 @@ package struct SessionFile: Sendable {
             oomKillsAtStart: oom == UInt64.max ? nil : oom, reserved: u64(CCF_SESSION_AT_RESERVED),
             consumed: u64(CCF_SESSION_AT_CONSUMED), dropped: u64(CCF_SESSION_AT_DROPPED),
             bootID: text(CCF_SESSION_AT_BOOT_ID, 37), pidNamespace: u64(CCF_SESSION_AT_PID_NAMESPACE),
-            contextText: contextText, ring: ring)
+            contextText: contextText, ringSize: ringSize, fd: fd, path: path, headerSize: headerSize)
     }
 
     private static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
@@ -135,53 +136,49 @@ package struct SessionFile: Sendable {
         return Array(bytes.prefix(done))
     }
 
-    /// The whole entries the ring holds from `start` (or from the oldest it can still hold) up
-    /// to `reserved`, in order. A torn or overwritten stretch is skipped by looking, 8 bytes at a
-    /// time, for the next entry whose commit word and checksum both match its place; `skipped`
-    /// counts the stretches skipped that way.
-    package func entries(from start: UInt64? = nil) -> (entries: [Entry], skipped: Int) {
-        let size = UInt64(ring.count)
-        guard size > 0, reserved > 0 else { return ([], 0) }
-        let oldest = reserved > size ? reserved - size : 0
-        var position = max(start ?? oldest, oldest)
-        position = (position + 7) & ~7
-        var found: [Entry] = []
+    /// Visits, in order, the whole entries the ring holds from `start` (or from the oldest it can
+    /// still hold) up to `reserved`, reading the file through `fd`, which must still be open. A
+    /// torn or overwritten stretch is skipped by looking, 8 bytes at a time, for the next entry
+    /// whose commit word and checksum both match its place. Returns the stretches skipped.
+    package func forEachEntry(from start: UInt64? = nil, _ body: (Entry) throws -> Void) throws -> Int {
+        guard ringSize > 0, reserved > 0 else { return 0 }
+        let ring = RingWindow(fd: fd, path: path, fileOffset: headerSize, size: ringSize)
+        let oldest = reserved > ringSize ? reserved - ringSize : 0
+        var position = (max(start ?? oldest, oldest) + 7) & ~7
         var skipped = 0
         var inGap = false
         while position < reserved {
-            if let entry = entry(at: position, size: size) {
-                found.append(entry)
+            if try ring.word(at: position) == ~position, let entry = try entry(at: position, in: ring) {
+                try body(entry)
                 position += Self.entrySize(entry.payload.count)
                 inGap = false
             } else {
                 if !inGap { skipped += 1 }
                 inGap = true
-                position += 8
+                position = try ring.nextCommitWord(after: position, before: reserved)
             }
         }
+        return skipped
+    }
+
+    /// Every entry at once: for tests and small journals.
+    package func entries(from start: UInt64? = nil) throws -> (entries: [Entry], skipped: Int) {
+        var found: [Entry] = []
+        let skipped = try forEachEntry(from: start) { found.append($0) }
         return (found, skipped)
     }
 
     package static func entrySize(_ length: Int) -> UInt64 { UInt64(Int(CCF_JOURNAL_HEADER_SIZE) + (length + 7) & ~7) }
 
-    private func bytes(at position: UInt64, count: Int, size: UInt64) -> [UInt8] {
-        let at = Int(position % size)
-        let first = min(count, Int(size) - at)
-        var out = Array(ring[at..<at + first])
-        if first < count { out += ring[0..<(count - first)] }
-        return out
-    }
-
-    private func entry(at position: UInt64, size: UInt64) -> Entry? {
+    private func entry(at position: UInt64, in ring: RingWindow) throws -> Entry? {
         let headerSize = Int(CCF_JOURNAL_HEADER_SIZE)
-        let head = bytes(at: position, count: headerSize, size: size)
-        let word = head.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-        guard word == ~position, Array(head[8..<12]) == Array(CCF_JOURNAL_ENTRY_MAGIC.utf8) else { return nil }
+        let head = try ring.bytes(at: position, count: headerSize)
+        guard Array(head[8..<12]) == Array(CCF_JOURNAL_ENTRY_MAGIC.utf8) else { return nil }
         let length = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 12, as: UInt32.self) }
         let type = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 16, as: UInt32.self) }
         let expected = head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 20, as: UInt32.self) }
         guard length <= CCF_MAXIMUM_PAYLOAD, position + Self.entrySize(Int(length)) <= reserved else { return nil }
-        let payload = bytes(at: position + UInt64(headerSize), count: Int(length), size: size)
+        let payload = try ring.bytes(at: position + UInt64(headerSize), count: Int(length))
         var covered = [UInt8](repeating: 0, count: 16)
         covered.withUnsafeMutableBytes {
             $0.storeBytes(of: position, toByteOffset: 0, as: UInt64.self)
@@ -190,6 +187,103 @@ package struct SessionFile: Sendable {
         }
         guard CRC32C.update(CRC32C.update(0, covered), payload) == expected else { return nil }
         return Entry(position: position, type: type, payload: payload)
+    }
+}
+
+/// A stretch of the ring read into memory, moved forward as the reader goes: large enough for
+/// any one entry, small whatever the ring's size. Bytes past the end of a file cut short read
+/// as zeros, which no entry matches.
+private final class RingWindow {
+    static let capacity = 2 * Int(CCF_MAXIMUM_PAYLOAD)
+    let fd: Int32
+    let path: String
+    let fileOffset: Int
+    let size: UInt64
+    var buffer: [UInt8] = []
+    var start: UInt64 = 0  // the ring offset of buffer[0]
+
+    /// Ring bytes the file really holds; a file cut short holds zeros past them.
+    let present: UInt64
+
+    init(fd: Int32, path: String, fileOffset: Int, size: UInt64) {
+        self.fd = fd
+        self.path = path
+        self.fileOffset = fileOffset
+        self.size = size
+        var info = stat()
+        let fileSize = fstat(fd, &info) == 0 ? UInt64(max(Int(info.st_size) - fileOffset, 0)) : size
+        present = min(fileSize, size)
+    }
+
+    /// The next position after `position` whose word is the commit word of an entry there (the
+    /// complement of the position), or `limit`. Damaged, zero-filled and overwritten stretches
+    /// are crossed in one tight loop over the window, and the part of the ring a short file
+    /// lacks is skipped whole.
+    func nextCommitWord(after position: UInt64, before limit: UInt64) throws -> UInt64 {
+        var position = position + 8
+        while position < limit {
+            let offset = position % size
+            if offset >= present {
+                position += size - offset
+                continue
+            }
+            try ensure(offset, count: 8)
+            // Aligned up: the window holds zeros past the file's last byte.
+            let end = min(start + UInt64(buffer.count), (present + 7) & ~7, offset + (limit - position))
+            let base = position - offset
+            let found = buffer.withUnsafeBytes { raw -> UInt64? in
+                var at = offset
+                while at + 8 <= end {
+                    if raw.loadUnaligned(fromByteOffset: Int(at - start), as: UInt64.self) == ~(base + at) {
+                        return at
+                    }
+                    at += 8
+                }
+                return nil
+            }
+            if let found { return base + found }
+            position += end - offset
+        }
+        return limit
+    }
+
+    /// The eight bytes at `position`, or 0 where they wrap around the ring's end.
+    func word(at position: UInt64) throws -> UInt64 {
+        let offset = position % size
+        guard offset + 8 <= size else { return 0 }
+        try ensure(offset, count: 8)
+        return buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: Int(offset - start), as: UInt64.self) }
+    }
+
+    func bytes(at position: UInt64, count: Int) throws -> [UInt8] {
+        let offset = position % size
+        let first = Int(min(UInt64(count), size - offset))
+        try ensure(offset, count: first)
+        var out = Array(buffer[Int(offset - start)..<Int(offset - start) + first])
+        if first < count {
+            try ensure(0, count: count - first)  // now start == 0
+            out += buffer[0..<count - first]
+        }
+        return out
+    }
+
+    private func ensure(_ offset: UInt64, count: Int) throws {
+        if offset >= start && offset + UInt64(count) <= start + UInt64(buffer.count) { return }
+        let length = Int(min(UInt64(Self.capacity), size - offset))
+        buffer = [UInt8](repeating: 0, count: length)
+        start = offset
+        var done = 0
+        while done < length {
+            let got = buffer.withUnsafeMutableBytes {
+                pread(fd, $0.baseAddress! + done, length - done, off_t(fileOffset + Int(offset) + done))
+            }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw CrashCaptureError.system("cannot read the session file", path: path)
+            }
+            if got == 0 { break }
+            done += got
+        }
     }
 }
 

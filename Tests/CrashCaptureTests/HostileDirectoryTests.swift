@@ -1,6 +1,7 @@
 import CrashCapture
 import CrashFileFormat
 import Foundation
+import ProcessSupport
 import TestSupport
 import Testing
 
@@ -208,5 +209,46 @@ import Testing
         #expect(try store.events(limit: 1000).count <= CrashFileLayout.maximumRecords)
         var note = stat()
         #expect(stat(directory + "/damaged/crash-hostile.ccr.txt", &note) == 0 && note.st_size <= 8192)
+    }
+
+    /// A session file left by a killed app, then made hostile: a header that claims the largest
+    /// ring over a file that has none, or a ring of noise that claims to have wrapped three times.
+    @Test(arguments: ["huge-ring", "noise"])
+    func aCraftedSessionFileIsReadWithinBounds(_ kind: String) throws {
+        let empty = makeTemporaryDirectory("hostile-baseline")
+        let (baseline, baselineBytes) = try runMeasuringMemory(Paths.crashcap, ["replay", empty], timeout: 20)
+        let directory = makeTemporaryDirectory("hostile-session-\(kind)")
+        let waiting = try ChildProcess(
+            path: Paths.swiftSample, arguments: ["pipeline-wait"],
+            environment: ChildProcess.testEnvironment(
+                ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "5"], inheritEnvironment: true))
+        #expect(waiting.waitForOutput("ready"))
+        kill(waiting.pid, SIGKILL)
+        #expect(waiting.wait(timeout: 20))
+        let name = try #require(
+            try FileManager.default.contentsOfDirectory(atPath: directory).first { SessionFile.isSessionFileName($0) })
+        let url = URL(fileURLWithPath: directory + "/" + name)
+        var bytes = try Data(contentsOf: url)
+        func store(_ value: UInt64, at offset: Int) {
+            withUnsafeBytes(of: value.littleEndian) { bytes.replaceSubrange(offset..<offset + 8, with: $0) }
+        }
+        let headerSize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 8, as: UInt32.self)) }
+        if kind == "huge-ring" {
+            bytes = bytes.prefix(headerSize)
+            store(256 << 20, at: 16)
+            store(256 << 20, at: 80)
+        } else {
+            var generator = SystemRandomNumberGenerator()
+            let noise = (0..<(bytes.count - headerSize) / 8).map { _ in generator.next() as UInt64 }
+            noise.withUnsafeBytes { bytes.replaceSubrange(headerSize..<bytes.count, with: $0) }
+            store(UInt64(3 * (bytes.count - headerSize)), at: 80)
+        }
+        store(0, at: 88)
+        try bytes.write(to: url)
+        let (result, peakBytes) = try runMeasuringMemory(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(!result.timedOut)
+        #expect(result.stdout.contains("1 closed"), "\(result.stdout)")
+        #expect(result.seconds <= baseline.seconds + 1, "replay took \(result.seconds) s")
+        #expect(peakBytes <= baselineBytes + 64 << 20, "replay peaked at \(peakBytes >> 20) MiB")
     }
 }

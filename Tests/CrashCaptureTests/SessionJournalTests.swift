@@ -196,11 +196,11 @@ import Testing
         // Everything was stored before the kill; pretend none was, so the whole journal is read.
         original.replaceSubrange(88..<96, with: [UInt8](repeating: 0, count: 8))
         let fd = open(source + "/" + name, O_RDONLY)
+        defer { close(fd) }
         let session = try SessionFile.read(fd: fd, path: name)
-        close(fd)
-        let last = try #require(session.entries().entries.last)
+        let last = try #require(try session.entries().entries.last)
         let headerSize = original.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 8, as: UInt32.self)) }
-        let entryStart = headerSize + Int(last.position % UInt64(session.ring.count))
+        let entryStart = headerSize + Int(last.position % session.ringSize)
         let wholeSize = 24 + last.payload.count
         let paddedSize = Int(SessionFile.entrySize(last.payload.count))
         for cut in 0...paddedSize {

@@ -132,33 +132,47 @@ package struct SessionRecovery: Sendable {
         let appVersion = context["app_version"] as? String ?? ""
         let staticProperties = Self.staticMembers(session.contextText)
         let mark = try store.journalMark(session: sessionID)
-        let (entries, skipped) = session.entries()
-        result.skippedStretches = skipped
         // Where the import resumes, and the ids in effect there.
         let start = max(mark?.position ?? 0, session.consumed)
         var identity = DistinctIdentity(
             distinctID: context["distinct_id"] as? String ?? "", loginID: nil)
-        if let mark, mark.position >= session.consumed {
-            identity = DistinctIdentity(distinctID: mark.distinctID, loginID: mark.loginID)
-        } else {
-            for entry in entries where entry.position < start && entry.type == SessionFile.identityEntry {
-                identity = entry.payload.withUnsafeBytes { JournalEntries.identity($0) } ?? identity
-            }
+        let resumed = mark.flatMap { mark in
+            mark.position >= session.consumed
+                ? DistinctIdentity(distinctID: mark.distinctID, loginID: mark.loginID) : nil
         }
+        if let resumed { identity = resumed }
         let shared = { (ids: DistinctIdentity) in
             JournalEntries.sharedText(
                 ids, sessionID: sessionID, appVersion: appVersion, staticProperties: staticProperties,
                 pid: session.pid)
         }
-        if session.lifecycle == .atReplay {
-            let startEvent = lifecycleEvent(
+        // One pass over the ring, never held whole: entries before `start` only say which ids
+        // were in effect, the rest are imported in chunks, and the last events are kept as
+        // breadcrumbs for a crash file.
+        var startTracked = session.lifecycle != .atReplay
+        let trackStart = {
+            guard !startTracked else { return }
+            startTracked = true
+            let startEvent = self.lifecycleEvent(
                 "$AppStart", id: sessionID + "-start", time: session.startWallMilliseconds,
                 extra: "\"$resume_from_background\":false")
-            try store.insert([startEvent], context: shared(identity))
+            try self.store.insert([startEvent], context: shared(identity))
         }
         var rows: [(id: String, payload: String)] = []
         var imported = start
-        for entry in entries where entry.position >= start {
+        var lastEvents: [SessionFile.Entry] = []
+        result.skippedStretches = try session.forEachEntry { entry in
+            if entry.type == SessionFile.eventEntry {
+                lastEvents.append(entry)
+                if lastEvents.count > 2 * Self.breadcrumbCount { lastEvents.removeFirst(Self.breadcrumbCount) }
+            }
+            if entry.position < start {
+                if resumed == nil, entry.type == SessionFile.identityEntry {
+                    identity = entry.payload.withUnsafeBytes { JournalEntries.identity($0) } ?? identity
+                }
+                return
+            }
+            try trackStart()
             imported = entry.position + SessionFile.entrySize(entry.payload.count)
             if entry.type == SessionFile.identityEntry,
                 let changed = entry.payload.withUnsafeBytes({ JournalEntries.identity($0) })
@@ -174,10 +188,11 @@ package struct SessionRecovery: Sendable {
                 }
             }
         }
+        try trackStart()
         if imported > start { result.importedEvents += try flush(&rows, identity, upTo: imported, sessionID, shared) }
         let crashPath = directory + "/" + CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
         if access(crashPath, F_OK) == 0 {
-            let breadcrumbs = Self.breadcrumbs(entries)
+            let breadcrumbs = Self.breadcrumbs(lastEvents)
             result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)
         }
         guard session.lifecycle != .none, try !store.hasRemembered(sessionID + "-end") else { return }
