@@ -1,4 +1,6 @@
 #include <assert.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <fcntl.h>
@@ -183,6 +185,28 @@ NOINLINE void sample_no_descriptors_then_segv(void) {
     sample_null_read();
 }
 
+// The capture directory made read-only after install: the report can no longer be given a
+// name there. (Run as a user without CAP_DAC_OVERRIDE, or the mode does not bind.)
+NOINLINE void sample_directory_read_only_then_segv(void) {
+    const char *directory = getenv("CRASHCAPTURE_DIR");
+    if (directory == NULL || chmod(directory, 0500) != 0) abort();
+    sample_null_read();
+}
+
+// The capture directory removed after install, everything in it first.
+NOINLINE void sample_directory_removed_then_segv(void) {
+    const char *directory = getenv("CRASHCAPTURE_DIR");
+    DIR *entries = directory != NULL ? opendir(directory) : NULL;
+    if (entries == NULL) abort();
+    for (struct dirent *entry; (entry = readdir(entries)) != NULL;) {
+        if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
+            unlinkat(dirfd(entries), entry->d_name, 0);
+    }
+    closedir(entries);
+    if (rmdir(directory) != 0) abort();
+    sample_null_read();
+}
+
 // fork() for the Swift sample, which Swift's Glibc module does not offer.
 int sample_fork(void) { return fork(); }
 
@@ -341,6 +365,8 @@ static const sample_kind sample_kinds[] = {
     {"file-size-soft-then-segv", sample_file_size_soft_then_segv},
     {"file-size-hard-then-segv", sample_file_size_hard_then_segv},
     {"no-descriptors-then-segv", sample_no_descriptors_then_segv},
+    {"directory-read-only-then-segv", sample_directory_read_only_then_segv},
+    {"directory-removed-then-segv", sample_directory_removed_then_segv},
 };
 
 static const char *const sample_c_kinds[] = {

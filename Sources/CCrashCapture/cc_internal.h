@@ -71,6 +71,10 @@ typedef struct cc_state {
     // sessions that end any other way (exit, exec, SIGKILL) leave nothing behind.
     bool anonymous_file;
     char proc_fd_path[64];
+    // The session file, named since install: where the report goes when the directory no
+    // longer takes the crash file's name. -1 when there is none (or it is not ours).
+    _Atomic int session_fd;
+    uint64_t session_crash_offset;  // past the header and the ring
     char session_id[33];
     char distinct_id[256];
     // After a login the id changes while a crash may be reading it: the new one is written

@@ -40,6 +40,9 @@ package struct SessionFile: Sendable {
         (try? JSONSerialization.jsonObject(with: Data(contextText.utf8))) as? [String: Any] ?? [:]
     }
     package var contextText: String
+    /// Where the crash path kept a crash file's bytes in this file, when the directory no
+    /// longer took the crash file's name; nil when it did not have to.
+    package var keptCrash: (offset: UInt64, size: UInt64)?
     /// The ring's size in bytes; 0 without a journal.
     package var ringSize: UInt64
     /// Borrowed from the caller, who keeps it open while entries are read.
@@ -115,7 +118,22 @@ package struct SessionFile: Sendable {
             oomKillsAtStart: oom == UInt64.max ? nil : oom, reserved: u64(CCF_SESSION_AT_RESERVED),
             consumed: u64(CCF_SESSION_AT_CONSUMED), dropped: u64(CCF_SESSION_AT_DROPPED),
             bootID: text(CCF_SESSION_AT_BOOT_ID, 37), pidNamespace: u64(CCF_SESSION_AT_PID_NAMESPACE),
-            contextText: contextText, ringSize: ringSize, fd: fd, path: path, headerSize: headerSize)
+            contextText: contextText,
+            keptCrash: u64(CCF_SESSION_AT_CRASH_OFFSET) == 0
+                ? nil : (u64(CCF_SESSION_AT_CRASH_OFFSET), u64(CCF_SESSION_AT_CRASH_SIZE)), ringSize: ringSize, fd: fd,
+            path: path, headerSize: headerSize)
+    }
+
+    /// The crash file's bytes kept in this file, read through the open descriptor; no more
+    /// than a crash file may hold.
+    package func keptCrashBytes() throws -> [UInt8]? {
+        guard let kept = keptCrash else { return nil }
+        guard kept.offset >= UInt64(headerSize), kept.size <= UInt64(CCF_MAXIMUM_FILE_SIZE) else {
+            throw CrashCaptureError.corrupt(
+                "the crash kept in the session file lies outside it (offset \(kept.offset), \(kept.size) bytes)",
+                path: path)
+        }
+        return try Self.readExactly(fd: fd, offset: Int(kept.offset), count: Int(kept.size), path: path)
     }
 
     private static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {

@@ -104,6 +104,31 @@ import Testing
         _ = try verifiedReport(in: directory, signal: "SIGSEGV")
     }
 
+    /// SQLite's writes past the limit fail instead of raising SIGXFSZ: the app lives on, and
+    /// what was not stored stays in the session's journal.
+    @Test func theEventStoreUnderAFileSizeLimitKillsNothing() throws {
+        let directory = makeTemporaryDirectory("fsize-store")
+        let sample = "exec '\(Paths.swiftSample)' pipeline-track"
+        let cramped = try run(
+            "/bin/sh", ["-c", "ulimit -f 200 && \(sample)"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "5000"], timeout: 60)
+        #expect(cramped.exitCode == 0, "died of signal \(cramped.signal ?? 0)")
+        #expect(cramped.stderr.contains("could not store"), "\(cramped.stderr)")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: directory).contains {
+                SessionFile.isSessionFileName($0)
+            },
+            "the journal keeps what the store did not take")
+        // Too small for the store at all (dash counts 512-byte blocks): install says why, and
+        // nothing is killed.
+        let tiny = makeTemporaryDirectory("fsize-store-tiny")
+        let refused = try run(
+            "/bin/sh", ["-c", "ulimit -f 8 && \(sample)"],
+            environment: ["CRASHCAPTURE_DIR": tiny, "CRASH_SAMPLE_EVENTS": "5"], timeout: 60)
+        #expect(refused.signal == nil, "died of signal \(refused.signal ?? 0)")
+        #expect(refused.stderr.contains("file-size limit (ulimit -f) of 4096 bytes"), "\(refused.stderr)")
+    }
+
     @Test(arguments: [("file-size-soft-then-segv", true), ("file-size-hard-then-segv", false)])
     func aFileSizeLimitLoweredAfterInstall(kind: String, reportFits: Bool) throws {
         let directory = makeTemporaryDirectory("fsize-later")
@@ -250,5 +275,49 @@ import Testing
         #expect(result.stdout.contains("1 closed"), "\(result.stdout)")
         #expect(result.seconds <= baseline.seconds + 1, "replay took \(result.seconds) s")
         #expect(peakBytes <= baselineBytes + 64 << 20, "replay peaked at \(peakBytes >> 20) MiB")
+    }
+
+    /// Made read-only after install (as a user the mode binds): the report cannot be named in
+    /// the directory, so the crash path keeps it in the session file, named since install, and
+    /// the next replay names and imports it.
+    @Test func aDirectoryMadeReadOnlyAfterInstallKeepsTheReport() throws {
+        let directory = makeTemporaryDirectory("read-only")
+        #expect(chown(directory, 65534, 65534) == 0)
+        let crashed = try run(
+            "/usr/bin/setpriv",
+            ["--reuid", "65534", "--regid", "65534", "--clear-groups", Paths.cSample, "directory-read-only-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0): \(crashed.stderr)")
+        var info = stat()
+        #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o500, "the sample made it read-only")
+        #expect(crashFiles(in: directory).isEmpty, "no name could be given in the directory")
+        #expect(chmod(directory, 0o700) == 0)
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(replay.exitCode == 0, "\(replay.stdout)")
+        #expect(replay.stdout.contains("1 imported (2 events)"), "\(replay.stdout)")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let crashedEvents = try store.events().filter { $0.payload.contains("\"$AppCrashed\"") }
+        #expect(crashedEvents.count == 1)
+        #expect(crashedEvents.first?.payload.contains("\"crash_signal_name\":\"SIGSEGV\"") == true)
+        #expect(crashFiles(in: directory).isEmpty && sessionFileNames(in: directory).isEmpty, "all replayed")
+    }
+
+    /// Removed after install, with everything in it: the crash path makes it again where it was
+    /// and names the report there.
+    @Test func aDirectoryRemovedAfterInstallIsMadeAgainWithTheReport() throws {
+        let directory = makeTemporaryDirectory("removed")
+        let crashed = try run(
+            Paths.cSample, ["directory-removed-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV)
+        var info = stat()
+        #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    func sessionFileNames(in directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            SessionFile.isSessionFileName($0)
+        }
     }
 }

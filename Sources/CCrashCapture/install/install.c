@@ -18,7 +18,7 @@
 #include "cc_internal.h"
 #include "crashcapture_sdk.h"
 
-cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1}};
+cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1}, .session_fd = -1};
 
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cc_last_error[1024];

@@ -337,6 +337,8 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_journal_init(&cc_session_journal, cc_session.ring, cc_session.ring_size, cc_session.ring_in_file,
                      (_Atomic uint64_t *)(mapped + CCF_SESSION_AT_RESERVED));
     atomic_store(&cc_session.detached, false);
+    cc_global.session_crash_offset = header_size + ring_in_file;
+    atomic_store(&cc_global.session_fd, fd);
     return 0;
 }
 
@@ -344,6 +346,7 @@ void cc_session_file_detach_in_child(void) {
     // The mappings are not inherited (MADV_DONTFORK); the descriptor is, and closing this
     // copy leaves the parent's lock in place.
     atomic_store(&cc_session.detached, true);
+    atomic_store(&cc_global.session_fd, -1);
     // Only this thread exists now: the journal can be emptied in place. Its counters move off
     // the unmapped header, so the child's track() calls are refused and counted, never a fault.
     crashcapture_journal *j = &cc_session_journal;
@@ -360,6 +363,7 @@ void cc_session_file_detach_in_child(void) {
 
 void cc_session_file_close(bool remove) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
+    atomic_store(&cc_global.session_fd, -1);
     if (remove) unlinkat(cc_global.dir_fd, cc_session.name, 0);
     // A track() on another thread may still be inside an append: the mapping stays (address
     // space only), its pages are given back, and appends from now on are refused.

@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -805,11 +806,49 @@ static int cc_crash_fd(void) {
     return fd;
 }
 
+// pwrite is not in signal-safety(7); lseek and write are. Nothing else uses this
+// descriptor's offset.
+static int cc_write_at(int fd, const void *data, size_t n, uint64_t at) {
+    if (lseek(fd, (off_t)at, SEEK_SET) < 0) return -1;
+    return cc_write_all(fd, data, n);
+}
+
+// The directory was removed after install: it is made again where it was, and the report
+// linked into it.
+static bool cc_link_into_recreated_directory(void) {
+    if (mkdir(cc_global.directory, 0700) != 0 && errno != EEXIST) return false;
+    int dir = openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0) return false;
+    bool linked = linkat(AT_FDCWD, cc_global.proc_fd_path, dir, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0;
+    if (linked) fsync(dir);
+    close(dir);
+    return linked;
+}
+
+// The directory no longer takes a new name (made read-only after install): the report's
+// bytes go into the session file, which has had its name since install, and only once they
+// are durable does its header say where they are.
+static bool cc_keep_in_session_file(const char *records, size_t len, uint64_t allowed) {
+    int fd = atomic_load(&cc_global.session_fd);
+    uint64_t at = cc_global.session_crash_offset;
+    size_t head = cc_global.session_record_len;
+    if (fd < 0 || at + head + len > allowed) return false;
+    if (cc_write_at(fd, cc_global.session_record, head, at) != 0 ||
+        cc_write_at(fd, records, len, at + head) != 0 || fdatasync(fd) != 0)
+        return false;
+    uint64_t where[2] = {at, head + len};
+    return cc_write_at(fd, where, sizeof(where), CCF_SESSION_AT_CRASH_OFFSET) == 0 && fdatasync(fd) == 0;
+}
+
 // Gives the unnamed file its name once its records are durable, then makes the name durable.
-static void cc_publish(int fd) {
+static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed) {
     if (!cc_global.anonymous_file || fd != cc_global.fd) return;
-    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0)
+    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0) {
         fsync(cc_global.dir_fd);
+        return;
+    }
+    if (errno == ENOENT && cc_link_into_recreated_directory()) return;
+    cc_keep_in_session_file(records, len, allowed);
 }
 
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
@@ -872,7 +911,7 @@ static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_n
     int64_t sync_start = cc_monotonic_ns();
     int sync_ok = fdatasync(fd) == 0;
     int64_t synced = cc_monotonic_ns();
-    cc_publish(fd);
+    cc_publish(fd, out, total, allowed);
     int64_t done = cc_monotonic_ns();
     atomic_store(&cc_report_written, 1);
 

@@ -78,6 +78,11 @@ enum ccf_session_offset {
     CCF_SESSION_AT_SESSION_ID = 112,      // 32 hex digits, NUL
     CCF_SESSION_AT_BOOT_ID = 152,         // 36 characters, NUL
     CCF_SESSION_AT_PID_NAMESPACE = 192,   // u64: inode of /proc/self/ns/pid
+    // Where a crash file's bytes were kept in this file, because the directory no longer took
+    // the crash file's name (made read-only after install): written by the crash path once the
+    // bytes are durable. 0: nothing kept.
+    CCF_SESSION_AT_CRASH_OFFSET = 200,    // u64
+    CCF_SESSION_AT_CRASH_SIZE = 208,      // u64
 };
 
 enum ccf_session_lifecycle {

@@ -99,8 +99,15 @@ public enum CrashCapture: Sendable {
                 state.pipeline = try makePipeline(configuration)
             } catch let failure as SQLiteError {
                 crashcapture_uninstall()
+                var limit = rlimit()
+                let small =
+                    getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &limit) == 0 && limit.rlim_cur < 64 << 20
+                let advice =
+                    small
+                    ? "the file-size limit (ulimit -f) of \(limit.rlim_cur) bytes is too small for it"
+                    : "move it away or set eventStorePath"
                 throw CrashCaptureError(
-                    .database, "the event store cannot be used (\(failure)); move it away or set eventStorePath",
+                    .database, "the event store cannot be used (\(failure)); \(advice)",
                     path: configuration.eventStorePath ?? configuration.directory + "/events.sqlite")
             } catch {
                 crashcapture_uninstall()

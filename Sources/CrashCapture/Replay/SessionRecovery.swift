@@ -191,6 +191,20 @@ package struct SessionRecovery: Sendable {
         try trackStart()
         if imported > start { result.importedEvents += try flush(&rows, identity, upTo: imported, sessionID, shared) }
         let crashPath = directory + "/" + CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
+        var kept: [UInt8]?
+        do {
+            kept = try session.keptCrashBytes()
+        } catch {
+            result.problem = "\(error)"
+        }
+        if access(crashPath, F_OK) != 0, let kept {
+            // The directory did not take the crash file's name at the crash; its bytes were
+            // kept here instead. Named now, it is replayed like any other (and read with the
+            // same checks); the session file stays until that is done.
+            guard PrivateFiles.write(kept, to: crashPath) else {
+                throw CrashCaptureError.system("cannot write the crash file kept in the session file", path: crashPath)
+            }
+        }
         if access(crashPath, F_OK) == 0 {
             let breadcrumbs = Self.breadcrumbs(lastEvents)
             result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)

@@ -45,7 +45,7 @@ package final class EventStore: @unchecked Sendable {
     package private(set) var movedAside: (path: String, reason: String)?
 
     private var connection: SQLiteConnection!
-    private let lock = NSLock()
+    private let lock = StoreLock()
     private var eventCount = 0
     private var eventBytes = 0
     private var nextToken: Int64 = 1
@@ -63,6 +63,8 @@ package final class EventStore: @unchecked Sendable {
         }
         self.path = path
         self.limits = limits
+        lock.lock()
+        defer { lock.unlock() }
         do {
             connection = try Self.openChecked(path, verify: verifyNow)
         } catch let problem as StoreProblem {

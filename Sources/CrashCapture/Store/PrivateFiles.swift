@@ -12,10 +12,13 @@ enum PrivateFiles {
     /// Writes `bytes` to `path` whole or not at all (a temporary file renamed over it), mode 0600.
     @discardableResult
     static func write(_ bytes: some Collection<UInt8>, to path: String) -> Bool {
+        FileSizeSignal.blocked { writeWhole(Array(bytes), to: path) }
+    }
+
+    private static func writeWhole(_ bytes: [UInt8], to path: String) -> Bool {
         let temporary = path + ".tmp-\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
-        let bytes = Array(bytes)
         let written =
             fchmod(fd, 0o600) == 0 && bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count
         close(fd)
