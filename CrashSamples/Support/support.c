@@ -151,12 +151,31 @@ static void *sample_crash_together(void *unused) {
     return NULL;
 }
 
-NOINLINE void sample_concurrent_crashes(void) {
-    enum { threads = 8 };
-    pthread_t ids[threads];
-    pthread_barrier_init(&sample_crash_barrier, NULL, threads);
+static void sample_crash_on_threads(int threads) {
+    pthread_t ids[256];
+    pthread_barrier_init(&sample_crash_barrier, NULL, (unsigned)threads);
     for (int i = 0; i < threads; i++) pthread_create(&ids[i], NULL, sample_crash_together, NULL);
     for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
+}
+
+NOINLINE void sample_concurrent_crashes(void) { sample_crash_on_threads(8); }
+
+NOINLINE void sample_concurrent_crashes_256(void) { sample_crash_on_threads(256); }
+
+// The disk filled after install (a file beside the capture directory, until ENOSPC), then a
+// crash: the report goes into the space reserved at install.
+NOINLINE void sample_fill_disk_then_segv(void) {
+    const char *directory = getenv("CRASHCAPTURE_DIR");
+    if (directory == NULL) abort();
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/../filler", directory);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) abort();
+    static char block[65536];
+    while (write(fd, block, sizeof(block)) > 0) {}
+    while (write(fd, block, 1) > 0) {}
+    close(fd);
+    sample_null_read();
 }
 
 // The file-size limit lowered after install, then a crash: the process must still die of
@@ -367,6 +386,8 @@ static const sample_kind sample_kinds[] = {
     {"no-descriptors-then-segv", sample_no_descriptors_then_segv},
     {"directory-read-only-then-segv", sample_directory_read_only_then_segv},
     {"directory-removed-then-segv", sample_directory_removed_then_segv},
+    {"concurrent-256", sample_concurrent_crashes_256},
+    {"fill-disk-then-segv", sample_fill_disk_then_segv},
 };
 
 static const char *const sample_c_kinds[] = {

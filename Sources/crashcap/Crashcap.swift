@@ -35,6 +35,15 @@ struct CommandFailure: Error, CustomStringConvertible {
 }
 
 extension Crashcap {
+    /// Arguments reach Swift decoded as UTF-8, invalid bytes replaced by U+FFFD: such a path
+    /// names another file than the one meant, so it is refused (usage error) rather than used.
+    static func requireUTF8Path(_ path: String) throws {
+        guard path.unicodeScalars.contains("\u{FFFD}") else { return }
+        throw fail(
+            "\(CaptureFile.printable(path)) is not valid UTF-8 (or holds U+FFFD); crashcap takes UTF-8 paths: "
+                + "rename it, or reach it through a UTF-8 link", code: 64)
+    }
+
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {
         FileHandle.standardError.write(Data(("crashcap: " + message + "\n").utf8))
         return ExitCode(code)

@@ -19,6 +19,8 @@ struct DirectoryOptions: ParsableArguments {
     var store: String?
 
     func openStore() throws -> EventStore {
+        try Crashcap.requireUTF8Path(directory)
+        try store.map(Crashcap.requireUTF8Path)
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw Crashcap.fail("not a directory: \(directory)", code: 66)

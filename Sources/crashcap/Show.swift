@@ -29,6 +29,7 @@ extension Crashcap {
         var noColor = false
 
         mutating func run() throws {
+            try Crashcap.requireUTF8Path(path)
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
                 throw Crashcap.fail("no such file or directory: \(path)", code: 66)

@@ -320,4 +320,146 @@ import Testing
             SessionFile.isSessionFileName($0)
         }
     }
+
+    /// A link under every name the SDK and the CLI use, all to a canary outside: an app runs,
+    /// a process crashes, replay archives and `show` reads, and the canary is never read,
+    /// written, moved or listed into a report.
+    @Test func noLinkInTheDirectoryIsFollowed() throws {
+        let directory = makeTemporaryDirectory("links")
+        let outside = makeTemporaryDirectory("canary")
+        let canary = outside + "/canary"
+        try Data("canary-login".utf8).write(to: URL(fileURLWithPath: canary))
+        var before = stat()
+        #expect(stat(canary, &before) == 0)
+        let names = [
+            "events.sqlite", "events.sqlite-wal", "events.sqlite-shm", "login_id", "distinct_id",
+            "session-00000000000000000000000000000000.ccs",
+        ]
+        for name in names { #expect(symlink(canary, directory + "/" + name) == 0) }
+        for name in ["damaged", "archive"] { #expect(symlink(outside, directory + "/" + name) == 0) }
+        let app = try run(
+            Paths.swiftSample, ["pipeline-track"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "3"],
+            timeout: 20)
+        #expect(app.exitCode == 0, "\(app.stderr)")
+        #expect(app.stderr.contains("symbolic link"), "the store's link is reported: \(app.stderr)")
+        let crashed = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory], timeout: 20)
+        #expect(crashed.signal == SIGABRT)
+        let replay = try run(Paths.crashcap, ["replay", directory, "--archive"], timeout: 20)
+        #expect(!replay.timedOut)
+        let show = try run(Paths.crashcap, ["show", directory, "--json"], timeout: 20)
+        #expect(!show.timedOut)
+        var after = stat()
+        #expect(stat(canary, &after) == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: canary)) == Data("canary-login".utf8))
+        #expect(after.st_mtim.tv_sec == before.st_mtim.tv_sec && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside) == ["canary"], "nothing moved into it")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let everything = try store.events().map(\.payload).joined()
+        #expect(!everything.contains("canary-login"), "the canary was never read as an id")
+        #expect(everything.contains("sample_event"), "the app's events were stored in a store of its own")
+    }
+
+    /// A directory whose name is not UTF-8 reaches Swift with U+FFFD in place of its bytes: the
+    /// SDK and the CLI refuse it instead of using another directory.
+    @Test func aNonUTF8DirectoryIsRefusedNotReplaced() throws {
+        let parent = makeTemporaryDirectory("non-utf8")
+        let bytesName = "$(printf '\(parent)/capture\\377\\376')"
+        let app = try run(
+            "/bin/sh",
+            [
+                "-c",
+                "mkdir -m 700 \"\(bytesName)\" && CRASHCAPTURE_DIR=\"\(bytesName)\" exec '\(Paths.swiftSample)' pipeline-track",
+            ],
+            environment: ["CRASH_SAMPLE_EVENTS": "1"], timeout: 20)
+        #expect(app.exitCode != 0 && app.signal == nil)
+        #expect(app.stderr.contains("U+FFFD"), "\(app.stderr)")
+        for command in ["replay", "show"] {
+            let cli = try run("/bin/sh", ["-c", "exec '\(Paths.crashcap)' \(command) \"\(bytesName)\""], timeout: 20)
+            #expect(cli.exitCode == 64, "\(command): \(cli.stderr)")
+            #expect(cli.stderr.contains("not valid UTF-8"))
+        }
+        let made = try FileManager.default.contentsOfDirectory(atPath: parent)
+        #expect(made.count == 1, "only the directory the test made: \(made)")
+        #expect(!FileManager.default.fileExists(atPath: parent + "/capture\u{FFFD}\u{FFFD}"))
+    }
+
+    // The cases that held when the issue was filed, kept so that none regresses.
+
+    /// The disk filled after install (a 1 MiB tmpfs): the report lands in the space reserved then.
+    @Test func aDiskFilledAfterInstallStillGetsTheReport() throws {
+        let mountPoint = makeTemporaryDirectory("disk-full")
+        let mounted = try run(
+            "/bin/mount", ["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", mountPoint], timeout: 20)
+        try #require(mounted.exitCode == 0, "tests run as root here and mount a tmpfs: \(mounted.stderr)")
+        defer { _ = try? run("/bin/umount", ["-l", mountPoint], timeout: 20) }
+        let directory = mountPoint + "/capture"
+        #expect(mkdir(directory, 0o700) == 0)
+        let crashed = try run(
+            Paths.cSample, ["fill-disk-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV)
+        var space = statvfs()
+        #expect(statvfs(directory, &space) == 0 && space.f_bavail == 0, "the disk really was full")
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    /// 256 threads crashing at once: one report, and the process dies of its own signal.
+    @Test func twoHundredFiftySixThreadsCrashingAtOnce() throws {
+        let directory = makeTemporaryDirectory("concurrent-256")
+        let crashed = try run(
+            Paths.cSample, ["concurrent-256"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(!crashed.timedOut)
+        #expect(crashed.signal == SIGSEGV)
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
+    }
+
+    /// A character device (a copy of /dev/zero) under a crash file's name: never read from,
+    /// reported, left in place.
+    @Test func aDeviceUnderACrashFilesNameIsNeverRead() throws {
+        let directory = try directoryWithAReport("device")
+        // Device 1:5 (/dev/zero) in the old encoding: major in bits 8-15, minor in bits 0-7.
+        #expect(mknod(directory + "/crash-zero.ccr", S_IFCHR | 0o600, dev_t(1 << 8 | 5)) == 0)
+        for command in [["show", directory, "--no-color"], ["replay", directory]] {
+            let result = try run(Paths.crashcap, command, timeout: 20)
+            #expect(!result.timedOut)
+            #expect(result.exitCode == 65)
+            #expect((result.stdout + result.stderr).contains("a character device"), "\(result.stdout)")
+        }
+        var info = stat()
+        #expect(lstat(directory + "/crash-zero.ccr", &info) == 0 && info.st_mode & S_IFMT == S_IFCHR)
+    }
+
+    /// 5,000 files of damage beside one real report: each is counted and set aside, and the
+    /// real one is imported.
+    @Test func fiveThousandDamagedFiles() throws {
+        let directory = try directoryWithAReport("five-thousand")
+        for index in 0..<5000 {
+            try Data("CCR1 damaged \(index)".utf8).write(
+                to: URL(fileURLWithPath: directory + "/crash-junk\(index).ccr"))
+        }
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 120)
+        #expect(!replay.timedOut)
+        #expect(replay.exitCode == 65)
+        #expect(replay.stdout.contains("5001 crash files: 1 imported"), "\(replay.stdout.prefix(300))")
+        #expect(replay.stdout.contains("5000 damaged"))
+        #expect(crashFiles(in: directory).isEmpty)
+    }
+
+    /// A directory of another user (root's, writable by all) is refused by a process of
+    /// uid 65534 with a clear message, and the program under the preload library runs on.
+    @Test func aDirectoryOfAnotherUserIsRefused() throws {
+        let directory = makeTemporaryDirectory("other-user")
+        #expect(chmod(directory, 0o777) == 0)
+        let result = try run(
+            "/usr/bin/setpriv",
+            ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c", "echo ran"],
+            environment: ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary], timeout: 20)
+        #expect(result.exitCode == 0)
+        #expect(result.stdout == "ran\n")
+        #expect(result.stderr.contains("owned by uid 0, not by this process's uid 65534"), "\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).isEmpty, "nothing written there")
+    }
 }

@@ -118,6 +118,17 @@ public enum CrashCapture: Sendable {
 
     static func installCrashPath(_ configuration: Configuration) throws {
         try PropertyRules.validate(configuration.staticProperties)
+        // A path read from bytes that are not UTF-8 (an environment variable, say) comes to a
+        // String with U+FFFD in their place: it names another directory than the one meant,
+        // and is refused rather than used.
+        for (name, path) in [
+            ("directory", configuration.directory), ("eventStorePath", configuration.eventStorePath ?? ""),
+        ]
+        where path.unicodeScalars.contains("\u{FFFD}") {
+            throw CrashCaptureError.invalidArgument(
+                "\(name) \(CaptureFile.printable(path)) holds U+FFFD, the mark of bytes that were not UTF-8 when it "
+                    + "was decoded: it would name another directory than the one meant; give a UTF-8 path")
+        }
         guard configuration.reservedBytes >= 0 else {
             throw CrashCaptureError.invalidArgument("reservedBytes must not be negative")
         }
@@ -336,7 +347,8 @@ extension CrashCapture {
         state.directory = directory
         for name in ["login_id", "distinct_id"] { PrivateFiles.tighten(directory + "/" + name) }
         state.anonymousID = String(cString: crashcapture_distinct_id())
-        if let saved = try? String(contentsOfFile: directory + "/login_id", encoding: .utf8), !saved.isEmpty,
+        if let saved = PrivateFiles.readSmall(directory + "/login_id").map({ String(decoding: $0, as: UTF8.self) }),
+            !saved.isEmpty,
             crashcapture_set_distinct_id(saved) == 0
         {
             pipeline.setLoginID(saved, distinctID: saved)

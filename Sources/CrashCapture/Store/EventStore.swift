@@ -179,6 +179,13 @@ package final class EventStore: @unchecked Sendable {
 
     private static func openChecked(_ path: String, verify: Bool) throws -> SQLiteConnection {
         let connection: SQLiteConnection
+        // Links are never followed (SQLITE_OPEN_NOFOLLOW refuses them too, without saying why).
+        // A link in place of the -wal or -shm holds nothing of ours: it goes. One in place of
+        // the store is set aside like a damaged store, so capture goes on with a new one.
+        for companion in [path + "-wal", path + "-shm"] where PrivateFiles.isLink(companion) { unlink(companion) }
+        if PrivateFiles.isLink(path) {
+            throw StoreProblem(reason: "a symbolic link, not followed")
+        }
         PrivateFiles.prepareDatabase(path)
         do {
             connection = try SQLiteConnection(path: path)

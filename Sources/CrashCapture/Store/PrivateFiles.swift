@@ -48,6 +48,22 @@ enum PrivateFiles {
         for file in [path, path + "-wal", path + "-shm"] { tighten(file) }
     }
 
+    /// A small file of ours (an id), read the way every capture-directory file is read: never
+    /// through a link, never blocking, regular files only. Nil when it is not that, or larger.
+    static func readSmall(_ path: String, limit: Int = 4096) -> [UInt8]? {
+        guard let fd = try? CaptureFile.openForReading(path) else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: limit + 1)
+        let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count >= 0, count <= limit else { return nil }
+        return Array(bytes.prefix(count))
+    }
+
+    static func isLink(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
+    }
+
     /// 0600 for a regular file of ours that others may read.
     static func tighten(_ path: String) {
         var info = stat()
