@@ -237,8 +237,9 @@ import Testing
     }
 
     /// A session file left by a killed app, then made hostile: a header that claims the largest
-    /// ring over a file that has none, or a ring of noise that claims to have wrapped three times.
-    @Test(arguments: ["huge-ring", "noise"])
+    /// ring over a file that has none, a ring of noise that claims to have wrapped three times,
+    /// or an OOM counter file that is a FIFO or /dev/zero (reached through `..`).
+    @Test(arguments: ["huge-ring", "noise", "fifo-counter", "zero-counter"])
     func aCraftedSessionFileIsReadWithinBounds(_ kind: String) throws {
         let empty = makeTemporaryDirectory("hostile-baseline")
         let (baseline, baselineBytes) = try runMeasuringMemory(Paths.crashcap, ["replay", empty], timeout: 20)
@@ -262,6 +263,15 @@ import Testing
             bytes = bytes.prefix(headerSize)
             store(256 << 20, at: 16)
             store(256 << 20, at: 80)
+        } else if kind.hasSuffix("-counter") {
+            let target = kind == "fifo-counter" ? directory + "/counter" : "/dev/zero"
+            if kind == "fifo-counter" { #expect(mkfifo(target, 0o600) == 0) }
+            let context = Array(
+                #"{"session_id":"\#(name.dropFirst(8).prefix(32))","oom_counter_file":"/sys/fs/cgroup/../../..\#(target)"}"#
+                    .utf8)
+            bytes.replaceSubrange(256..<256 + context.count, with: context)
+            withUnsafeBytes(of: UInt32(context.count).littleEndian) { bytes.replaceSubrange(104..<108, with: $0) }
+            store(0, at: 72)  // no OOM kill counted at start: the counter is read to compare
         } else {
             var generator = SystemRandomNumberGenerator()
             let noise = (0..<(bytes.count - headerSize) / 8).map { _ in generator.next() as UInt64 }

@@ -300,8 +300,14 @@ package struct SessionRecovery: Sendable {
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }()
 
+    /// The OOM-kill count from the counter file the session named. The name comes from a file
+    /// anyone who can write the directory could have made: only a cgroup file is read, and only
+    /// the way every capture file is (no link, no FIFO or device, a bounded size).
     static func oomKills(_ file: String) -> UInt64? {
-        guard !file.isEmpty, let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+        guard file.hasPrefix("/sys/fs/cgroup/"), !file.split(separator: "/").contains(".."),
+            let bytes = PrivateFiles.readSmall(file, limit: 64 << 10)
+        else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
         for line in text.split(separator: "\n") where line.hasPrefix("oom_kill ") {
             return UInt64(line.dropFirst("oom_kill ".count))
         }
