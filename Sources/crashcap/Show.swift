@@ -34,18 +34,16 @@ extension Crashcap {
             guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
                 throw Crashcap.fail("no such file or directory: \(path)", code: 66)
             }
+            // A directory is opened once and its entries read relative to it.
+            var folder: CaptureDirectory?
             let files: [String]
             if isDirectory.boolValue {
-                let names: [String]
                 do {
-                    names = try FileManager.default.contentsOfDirectory(atPath: path)
+                    folder = try CaptureDirectory(path)
                 } catch {
-                    throw Crashcap.fail(
-                        "cannot list \(CaptureFile.printable(path)): \(String(cString: strerror(errno)))", code: 66)
+                    throw Crashcap.fail("cannot list: \(CaptureFile.printable("\(error)"))", code: 66)
                 }
-                files = names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map {
-                    path + "/" + $0
-                }
+                files = (folder?.names() ?? []).filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }
                 if files.isEmpty {
                     FileHandle.standardError.write(Data("crashcap: no crash files in \(path)\n".utf8))
                     return
@@ -61,7 +59,12 @@ extension Crashcap {
                 // reported and passed over: the reports beside it are still shown.
                 let report: CrashReport
                 do {
-                    report = try CrashReport(path: file)
+                    if let folder {
+                        let handle = FileHandle(fileDescriptor: try folder.openForReading(file), closeOnDealloc: true)
+                        report = CrashReport(path: folder.path(of: file), contents: try CrashFileReader.read(handle))
+                    } else {
+                        report = try CrashReport(path: file)
+                    }
                 } catch {
                     FileHandle.standardError.write(Data("crashcap: \(CaptureFile.printable("\(error)"))\n".utf8))
                     damaged = true

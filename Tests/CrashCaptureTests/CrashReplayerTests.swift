@@ -25,6 +25,26 @@ import Testing
         }
     }
 
+    /// The directory is opened once: renamed and replaced by a link to another directory
+    /// after the replayer opened it, the replay still reads, archives and removes in the
+    /// directory it opened, and the other one is untouched.
+    @Test func aDirectorySwappedForALinkDoesNotRedirectTheReplay() throws {
+        let directory = try crashedDirectory()
+        let other = try crashedDirectory()
+        let otherFiles = crashFiles(in: other)
+        let store = try EventStore(path: makeTemporaryDirectory("swap-store") + "/events.sqlite")
+        var replayer = CrashReplayer(directory: directory, store: store)
+        replayer.archive = true
+        #expect(rename(directory, directory + "-moved") == 0)
+        #expect(symlink(other, directory) == 0)
+        let summary = replayer.replayAll()
+        #expect(summary.count(.imported) == 1)
+        #expect(crashFiles(in: other) == otherFiles, "the directory behind the link is untouched")
+        #expect(!FileManager.default.fileExists(atPath: other + "/archive"))
+        #expect(crashFiles(in: directory + "-moved").isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory + "-moved/archive").count == 1)
+    }
+
     @Test func importsOnceSymbolicatesAndDeletes() throws {
         let directory = try crashedDirectory()
         let file = crashFiles(in: directory)[0]

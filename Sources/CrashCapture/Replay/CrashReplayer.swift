@@ -31,6 +31,9 @@ package struct CrashReplayer: Sendable {
     }
 
     package let directory: String
+    /// The directory, opened once; nil (with `openProblem`) when it could not be.
+    package let folder: CaptureDirectory?
+    let openProblem: String?
     package let store: EventStore
     package let symbolicator: Symbolicator
     /// Keep imported files in `archive/` instead of deleting them.
@@ -38,13 +41,20 @@ package struct CrashReplayer: Sendable {
 
     package init(directory: String, store: EventStore, symbolicator: Symbolicator = Symbolicator()) {
         self.directory = directory
+        do {
+            folder = try CaptureDirectory(directory)
+            openProblem = nil
+        } catch {
+            folder = nil
+            openProblem = "\(error)"
+        }
         self.store = store
         self.symbolicator = symbolicator
     }
 
     /// Crash files waiting in the directory, oldest name first.
     package func pendingFiles() -> [String] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let names = folder?.names() ?? []
         return names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map { directory + "/" + $0 }
     }
 
@@ -61,11 +71,13 @@ package struct CrashReplayer: Sendable {
     /// `breadcrumbs`: the session's last events, from its journal, for the $AppCrashed.
     package func replay(_ path: String, breadcrumbs: [String] = []) -> FileResult {
         var result = FileResult(path: path, outcome: .imported)
+        let name = (path as NSString).lastPathComponent
         // One descriptor, locked for the whole import: a named crash file still locked belongs to
         // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
         let fd: Int32
         do {
-            fd = try CaptureFile.openForReading(path)
+            guard let folder else { throw CrashCaptureError.io(openProblem ?? "cannot open", path: directory) }
+            fd = try folder.openForReading(name)
         } catch {
             // A link, a FIFO, a directory under a crash file's name: reported, never moved or read.
             result.outcome = .damaged
@@ -84,7 +96,7 @@ package struct CrashReplayer: Sendable {
         } catch {
             result.outcome = .damaged
             result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
-            result.movedTo = moveAside(path, problems: result.problems)
+            result.movedTo = moveAside(name, problems: result.problems)
             return result
         }
         let report = CrashReport(path: path, contents: contents)
@@ -124,11 +136,11 @@ package struct CrashReplayer: Sendable {
             // Whatever was whole is imported, but part of the file was not: that is damage, and
             // it is counted (and reflected in the exit status) as such.
             result.outcome = .damaged
-            result.movedTo = moveAside(path, problems: result.problems)
+            result.movedTo = moveAside(name, problems: result.problems)
         } else if archive {
-            result.movedTo = PrivateFiles.move(path, into: "archive", of: directory)
+            result.movedTo = folder.flatMap { PrivateFiles.move(name, in: $0, into: "archive") }
         } else {
-            unlink(path)
+            folder?.remove(name)
         }
         return result
     }
@@ -189,9 +201,9 @@ package struct CrashReplayer: Sendable {
         return text
     }
 
-    private func moveAside(_ path: String, problems: [CrashFileProblem]) -> String? {
-        PrivateFiles.moveAside(
-            path, in: directory,
-            note: problems.map { "offset \($0.offset): \($0.reason)" }.joined(separator: "\n") + "\n")
+    private func moveAside(_ name: String, problems: [CrashFileProblem]) -> String? {
+        guard let folder else { return nil }
+        return PrivateFiles.moveAside(
+            name, in: folder, note: problems.map { "offset \($0.offset): \($0.reason)" }.joined(separator: "\n") + "\n")
     }
 }

@@ -55,7 +55,7 @@ package struct SessionRecovery: Sendable {
     /// Every session file but `ownSession`'s, then every crash file no session file speaks for.
     package func recoverAll(excluding ownSession: String? = nil, progress: ((Int, Int) -> Void)? = nil) -> Summary {
         var summary = Summary()
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+        let names = replayer.folder?.names() ?? []
         let sessionNames = names.filter {
             SessionFile.isSessionFileName($0) && SessionFile.sessionID(fromFileName: $0) != ownSession
         }
@@ -84,7 +84,10 @@ package struct SessionRecovery: Sendable {
             path: path, sessionID: SessionFile.sessionID(fromFileName: name) ?? name, outcome: .closed)
         let fd: Int32
         do {
-            fd = try CaptureFile.openForReading(path)
+            guard let folder = replayer.folder else {
+                throw CrashCaptureError.io(replayer.openProblem ?? "cannot open", path: directory)
+            }
+            fd = try folder.openForReading(name)
         } catch {
             result.outcome = .damaged
             result.problem = "\(error)"
@@ -102,7 +105,7 @@ package struct SessionRecovery: Sendable {
         } catch {
             result.outcome = .damaged
             result.problem = "\(error)"
-            moveAside(path, reason: "\(error)")
+            moveAside(name, reason: "\(error)")
             return result
         }
         result.sessionID = session.sessionID
@@ -121,7 +124,7 @@ package struct SessionRecovery: Sendable {
         if let crash = result.crashFile, crash.outcome == .skippedLive {
             return result
         }
-        unlink(path)
+        replayer.folder?.remove(name)
         try? store.forgetJournal(session: session.sessionID)
         return result
     }
@@ -190,22 +193,23 @@ package struct SessionRecovery: Sendable {
         }
         try trackStart()
         if imported > start { result.importedEvents += try flush(&rows, identity, upTo: imported, sessionID, shared) }
-        let crashPath = directory + "/" + CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
+        let crashName = CrashFileLayout.filePrefix + sessionID + "." + CrashFileLayout.fileExtension
+        let crashPath = directory + "/" + crashName
         var kept: [UInt8]?
         do {
             kept = try session.keptCrashBytes()
         } catch {
             result.problem = "\(error)"
         }
-        if access(crashPath, F_OK) != 0, let kept {
+        if let folder = replayer.folder, !folder.contains(crashName), let kept {
             // The directory did not take the crash file's name at the crash; its bytes were
             // kept here instead. Named now, it is replayed like any other (and read with the
             // same checks); the session file stays until that is done.
-            guard PrivateFiles.write(kept, to: crashPath) else {
+            guard PrivateFiles.write(kept, to: crashName, in: folder) else {
                 throw CrashCaptureError.system("cannot write the crash file kept in the session file", path: crashPath)
             }
         }
-        if access(crashPath, F_OK) == 0 {
+        if replayer.folder?.contains(crashName) == true {
             let breadcrumbs = Self.breadcrumbs(lastEvents)
             result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)
         }
@@ -330,7 +334,8 @@ package struct SessionRecovery: Sendable {
         return ticks == session.processStartTicks
     }
 
-    private func moveAside(_ path: String, reason: String) {
-        _ = PrivateFiles.moveAside(path, in: directory, note: reason + "\n")
+    private func moveAside(_ name: String, reason: String) {
+        guard let folder = replayer.folder else { return }
+        _ = PrivateFiles.moveAside(name, in: folder, note: reason + "\n")
     }
 }

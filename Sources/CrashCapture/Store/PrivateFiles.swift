@@ -29,15 +29,35 @@ enum PrivateFiles {
         return true
     }
 
+    /// Writes `bytes` to the entry `name` of `directory`, whole or not at all, mode 0600.
+    @discardableResult
+    static func write(_ bytes: [UInt8], to name: String, in directory: CaptureDirectory) -> Bool {
+        FileSizeSignal.blocked {
+            let temporary = name + ".tmp-\(getpid())"
+            let fd = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { return false }
+            let written =
+                fchmod(fd, 0o600) == 0
+                && bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count
+            close(fd)
+            guard written, renameat(directory.fd, temporary, directory.fd, name) == 0 else {
+                unlinkat(directory.fd, temporary, 0)
+                return false
+            }
+            return true
+        }
+    }
+
     /// A folder of the capture directory (`damaged`, `archive`), mode 0700. Nil when the name is
     /// taken by something else than a folder of ours (a symbolic link, a file): nothing is
     /// moved into it then.
-    static func folder(_ path: String) -> String? {
-        if mkdir(path, 0o700) != 0 && errno != EEXIST { return nil }
+    static func folder(_ name: String, in directory: CaptureDirectory) -> CaptureDirectory? {
+        if mkdirat(directory.fd, name, 0o700) != 0 && errno != EEXIST { return nil }
+        guard let folder = try? CaptureDirectory(name, in: directory) else { return nil }
         var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid() else { return nil }
-        if info.st_mode & 0o777 != 0o700 { chmod(path, 0o700) }
-        return path
+        guard fstat(folder.fd, &info) == 0, info.st_uid == geteuid() else { return nil }
+        if info.st_mode & 0o777 != 0o700 { fchmod(folder.fd, 0o700) }
+        return folder
     }
 
     /// An SQLite database made 0600 before SQLite first opens it: its -wal and -shm files take the
@@ -73,19 +93,21 @@ enum PrivateFiles {
         chmod(path, 0o600)
     }
 
-    /// Moves `path` into the folder `name` of `directory` (made as `folder` makes it). Returns
-    /// where it went, or nil when it stayed.
-    static func move(_ path: String, into name: String, of directory: String) -> String? {
-        guard let target = folder(directory + "/" + name) else { return nil }
-        let destination = target + "/" + (path as NSString).lastPathComponent
-        return rename(path, destination) == 0 ? destination : nil
+    /// Moves the entry `name` into the folder `folderName` of `directory` (made as `folder`
+    /// makes it). Returns where it went, or nil when it stayed.
+    static func move(_ name: String, in directory: CaptureDirectory, into folderName: String) -> String? {
+        guard let target = folder(folderName, in: directory) else { return nil }
+        return renameat(directory.fd, name, target.fd, name) == 0 ? target.path(of: name) : nil
     }
 
-    /// Moves a file that could not be read whole into `<directory>/damaged/`, with a `.txt` note
-    /// beside it saying what was wrong where. Returns where it went, or nil when it stayed.
-    static func moveAside(_ path: String, in directory: String, note: String) -> String? {
-        guard let destination = move(path, into: "damaged", of: directory) else { return nil }
-        write(Array(("file: \(CaptureFile.printable(path))\n" + note).utf8), to: destination + ".txt")
-        return destination
+    /// Moves a file that could not be read whole into `damaged/`, with a `.txt` note beside it
+    /// saying what was wrong where. Returns where it went, or nil when it stayed.
+    static func moveAside(_ name: String, in directory: CaptureDirectory, note: String) -> String? {
+        guard let target = folder("damaged", in: directory),
+            renameat(directory.fd, name, target.fd, name) == 0
+        else { return nil }
+        let text = "file: \(CaptureFile.printable(directory.path(of: name)))\n" + note
+        write(Array(text.utf8), to: name + ".txt", in: target)
+        return target.path(of: name)
     }
 }
