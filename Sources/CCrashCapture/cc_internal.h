@@ -20,8 +20,13 @@
 #define CC_MAX_MODULES 512
 #define CC_MODULE_JSON_CAPACITY (192 * 1024)
 #define CC_STATIC_JSON_CAPACITY (32 * 1024)
-#define CC_DEFAULT_RESERVED_BYTES (256 * 1024)
-#define CC_RECORD_CAPACITY (512 * 1024)
+#define CC_DEFAULT_RESERVED_BYTES (CC_RECORD_CAPACITY + 16 * 1024)
+// The largest report the crash path writes (every thread's stack and registers included); the
+// crash file reserves this much at install, so that a full disk cannot lose it.
+#define CC_RECORD_CAPACITY (2 * 1024 * 1024 + 64 * 1024)
+#define CC_MAX_THREADS 512       // other threads captured at most; the rest are counted
+#define CC_THREAD_FRAMES 128     // frames per other thread
+#define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
 #define CC_ALTSTACK_SIZE (64 * 1024)
 #define CC_RESERVED_FDS 3
 
@@ -97,6 +102,9 @@ typedef struct cc_state {
     bool replaced[NSIG];
     struct sigaction ours;
 
+    int thread_signal;  // the real-time signal that asks a thread for its context; 0: none free
+    struct sigaction thread_signal_previous;
+
     cc_unw_init_local2_fn unw_init_local2;
     cc_unw_step_fn unw_step;
     cc_unw_get_reg_fn unw_get_reg;
@@ -146,6 +154,27 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
 void cc_session_file_detach_in_child(void);
 void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);
+
+// signal_safe/thread_capture.c: the other threads' contexts, at crash time.
+typedef struct cc_thread_slot {
+    pid_t tid;
+    _Atomic int state;
+    char name[16];
+    char run_state;   // from /proc/self/task/<tid>/stat: R, S, D, T, ...
+    const char *why;  // when not captured
+    bool unwind_faulted;
+    int frame_count;
+    ucontext_t context;
+    uintptr_t frames[CC_THREAD_FRAMES];
+} cc_thread_slot;
+void cc_thread_capture_handler(int signo, siginfo_t *info, void *context);
+void cc_threads_note_waiting_crasher(pid_t tid);
+bool cc_thread_crashed_too(pid_t tid);
+int cc_threads_capture(pid_t crashing, int64_t deadline_ns);
+int cc_threads_total_count(void);
+cc_thread_slot *cc_thread_slot_at(int index);
+bool cc_thread_captured(const cc_thread_slot *slot);
+void cc_threads_release(void);
 
 // install/threads.c
 void cc_threads_enable(bool enabled);

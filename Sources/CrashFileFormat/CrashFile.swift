@@ -193,7 +193,10 @@ public enum CrashFileReader: Sendable {
         let length = Int(littleEndian32(bytes, offset + 8))
         let expected = littleEndian32(bytes, offset + 12)
         guard length <= CrashFileLayout.maximumPayload else {
-            return .failure(.init(offset: offset, reason: "record length \(length) exceeds the 1 MiB limit"))
+            return .failure(
+                .init(
+                    offset: offset,
+                    reason: "record length \(length) exceeds the \(CrashFileLayout.maximumPayload >> 20) MiB limit"))
         }
         guard length <= available - CrashFileLayout.headerSize else {
             return .failure(

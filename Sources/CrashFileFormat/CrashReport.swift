@@ -20,6 +20,22 @@ public struct CrashReport: @unchecked Sendable {
         public let buildID: String
     }
 
+    /// One thread of the crashed process. The crashing thread comes first; its frames are the
+    /// report's own `frames`.
+    public struct Thread: Sendable, Equatable {
+        public let tid: Int
+        public let name: String
+        /// From the thread's `stat`: R running, S sleeping, D in the kernel, T stopped, ...
+        public let state: String
+        public let crashed: Bool
+        /// It crashed as well while the first crash was being reported.
+        public let crashedToo: Bool
+        public let captured: Bool
+        public let whyNotCaptured: String?
+        public let frames: [Frame]
+        public let unwindFaulted: Bool
+    }
+
     public struct Timing: Sendable, Equatable {
         public let handlerNanoseconds: Int64
         public let writeNanoseconds: Int64
@@ -64,7 +80,11 @@ public struct CrashReport: @unchecked Sendable {
         let details = events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any] ?? [:]
         frames = Self.decodeFrames(details)
         modules = Self.decodeModules(details)
-        for (key, limit) in [("frames", Self.maximumFrames), ("modules", Self.maximumModules)] {
+        threads = Self.decodeThreads(details, frames: frames, modules: modules)
+        threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
+        for (key, limit) in [
+            ("frames", Self.maximumFrames), ("modules", Self.maximumModules), ("threads", Self.maximumThreads),
+        ] {
             let count = (details[key] as? [Any])?.count ?? 0
             if count > limit {
                 problems.append(
@@ -97,11 +117,45 @@ public struct CrashReport: @unchecked Sendable {
     /// Decoded once, at init: replay and rendering read them several times.
     public private(set) var frames: [Frame] = []
     public private(set) var modules: [Module] = []
+    /// Every thread listed, the crashing one first; empty in reports of older versions.
+    public private(set) var threads: [Thread] = []
+    /// Threads the process had, including any past the ones listed.
+    public private(set) var threadsTotal = 0
 
     /// The crash path writes at most this many frames and modules; a file that claims more is not
     /// followed past them (each frame costs a symbol lookup at replay).
     public static let maximumFrames = 256
     public static let maximumModules = 512
+    /// The crashing thread and 512 others; 128 frames each.
+    public static let maximumThreads = 513
+    public static let maximumThreadFrames = 128
+
+    /// Other threads' frames are bare addresses: each is placed in the module that holds it.
+    static func decodeThreads(_ details: [String: Any], frames: [Frame], modules: [Module]) -> [Thread] {
+        let order = modules.indices.sorted { modules[$0].start < modules[$1].start }
+        func frame(_ pc: UInt64) -> Frame {
+            var low = 0
+            var high = order.count
+            while low < high {
+                let middle = (low + high) / 2
+                if modules[order[middle]].start <= pc { low = middle + 1 } else { high = middle }
+            }
+            guard low > 0, pc < modules[order[low - 1]].end else { return Frame(pc: pc, module: nil, offset: nil) }
+            let index = order[low - 1]
+            return Frame(pc: pc, module: index, offset: pc &- modules[index].loadBias)
+        }
+        return (details["threads"] as? [[String: Any]] ?? []).prefix(maximumThreads).map { thread in
+            let crashed = thread["crashed"] as? Bool ?? false
+            let addresses = (thread["frames"] as? [String] ?? []).prefix(maximumThreadFrames).compactMap { hex($0) }
+            return Thread(
+                tid: (thread["tid"] as? NSNumber)?.intValue ?? 0, name: thread["name"] as? String ?? "",
+                state: thread["state"] as? String ?? "?", crashed: crashed,
+                crashedToo: thread["crashed_too"] as? Bool ?? false,
+                captured: crashed || thread["captured"] as? Bool ?? false, whyNotCaptured: thread["why"] as? String,
+                frames: crashed ? frames : addresses.map(frame),
+                unwindFaulted: thread["unwind_faulted"] as? Bool ?? false)
+        }
+    }
 
     static func decodeFrames(_ details: [String: Any]) -> [Frame] {
         (details["frames"] as? [[String: Any]] ?? []).prefix(maximumFrames).map { frame in

@@ -88,10 +88,19 @@ public final class Symbolicator: @unchecked Sendable {
         }
     }
 
-    /// Every frame of a report, named.
+    /// Every frame of a report's crashing thread, named.
     public func symbolicate(_ report: CrashReport) -> [Symbol] {
-        let modules = report.modules
-        return report.frames.enumerated().map { index, frame in
+        symbolicate(report.frames, modules: report.modules)
+    }
+
+    /// Every frame of one thread (from `CrashReport.threads`), named.
+    public func symbolicate(_ thread: CrashReport.Thread, in report: CrashReport) -> [Symbol] {
+        symbolicate(thread.frames, modules: report.modules)
+    }
+
+    /// Frames of one stack, the first the interrupted instruction, the others return addresses.
+    public func symbolicate(_ frames: [CrashReport.Frame], modules: [CrashReport.Module]) -> [Symbol] {
+        frames.enumerated().map { index, frame in
             guard let moduleIndex = frame.module, moduleIndex < modules.count, let offset = frame.offset else {
                 return Symbol(module: "???", note: "address outside every known module")
             }

@@ -14,7 +14,8 @@ struct TextStyle: Sendable {
 /// How `crashcap show` presents a report, as text for people or JSON for scripts.
 enum ReportRendering {
     static func text(
-        _ report: CrashReport, symbols: [Symbolicator.Symbol], frames limit: Int, style: TextStyle
+        _ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator, frames limit: Int,
+        style: TextStyle
     ) -> String {
         var lines: [String] = [style.bold("== \(report.path)")]
         for problem in report.problems { lines.append(style.red("damaged: \(problem)")) }
@@ -52,11 +53,27 @@ enum ReportRendering {
         }
         lines.append(style.bold("frames") + ":")
         let frames = report.frames
+        lines += frameLines(frames, symbols: symbols, limit: limit, style: style, indent: "  ")
+        lines += threadLines(report, symbolicator: symbolicator, limit: limit, style: style)
+        let referenced = Set(report.threads.flatMap { $0.frames.compactMap(\.module) } + frames.compactMap(\.module))
+        lines.append(style.bold("modules") + ":")
+        for (index, module) in report.modules.enumerated() where referenced.contains(index) {
+            lines.append(
+                "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
+            )
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func frameLines(
+        _ frames: [CrashReport.Frame], symbols: [Symbolicator.Symbol], limit: Int, style: TextStyle, indent: String
+    ) -> [String] {
+        var lines: [String] = []
         let shown = limit > 0 ? min(limit, frames.count) : frames.count
         for index in 0..<shown {
             let frame = frames[index]
             let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
-            var line = String(format: "  #%-3d 0x%016llx ", index, frame.pc) + symbol.module
+            var line = indent + String(format: "#%-3d 0x%016llx ", index, frame.pc) + symbol.module
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
                 if let file = symbol.file, let number = symbol.line {
@@ -68,18 +85,53 @@ enum ReportRendering {
             }
             lines.append(line)
         }
-        if shown < frames.count { lines.append(style.dim("  ... \(frames.count - shown) more frames")) }
-        let referenced = Set(frames.compactMap(\.module))
-        lines.append(style.bold("modules") + ":")
-        for (index, module) in report.modules.enumerated() where referenced.contains(index) {
-            lines.append(
-                "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
-            )
-        }
-        return lines.joined(separator: "\n")
+        if shown < frames.count { lines.append(style.dim(indent + "... \(frames.count - shown) more frames")) }
+        return lines
     }
 
-    static func json(_ report: CrashReport, symbols: [Symbolicator.Symbol]) -> String {
+    /// The other threads, identical stacks folded into one with the threads that share it.
+    static func threadLines(
+        _ report: CrashReport, symbolicator: Symbolicator, limit: Int, style: TextStyle
+    ) -> [String] {
+        guard report.threads.count > 1 else { return [] }
+        var lines = [style.bold("threads") + ": \(report.threadsTotal) (\(report.threads.count) listed, crashed first)"]
+        func label(_ thread: CrashReport.Thread) -> String {
+            "\(thread.tid) \"\(thread.name)\" \(thread.state)" + (thread.crashedToo ? style.red(" crashed too") : "")
+        }
+        var groups: [(key: [UInt64], threads: [CrashReport.Thread])] = []
+        for thread in report.threads {
+            if thread.crashed {
+                lines.append("  " + label(thread) + style.red("  crashed") + style.dim(" (frames above)"))
+                continue
+            }
+            guard thread.captured else {
+                lines.append("  " + label(thread) + style.dim("  not captured: \(thread.whyNotCaptured ?? "unknown")"))
+                continue
+            }
+            let key = thread.frames.map(\.pc)
+            if let index = groups.firstIndex(where: { $0.key == key }) {
+                groups[index].threads.append(thread)
+            } else {
+                groups.append((key, [thread]))
+            }
+        }
+        for group in groups {
+            let first = group.threads[0]
+            if group.threads.count == 1 {
+                lines.append("  " + label(first) + (first.unwindFaulted ? style.red("  (unwinding faulted)") : ""))
+            } else {
+                let named = group.threads.prefix(8).map(label).joined(separator: ", ")
+                let more = group.threads.count > 8 ? ", and \(group.threads.count - 8) more" : ""
+                lines.append("  \(group.threads.count) threads with this stack: " + named + more)
+            }
+            lines += frameLines(
+                first.frames, symbols: symbolicator.symbolicate(first, in: report), limit: limit, style: style,
+                indent: "    ")
+        }
+        return lines
+    }
+
+    static func json(_ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator) -> String {
         var object: [String: Any] = ["path": report.path, "problems": report.problems.map(\.description)]
         if let session = report.session { object["session"] = session }
         object["events"] = report.events
@@ -95,6 +147,28 @@ enum ReportRendering {
                 if let note = symbol.note { entry["note"] = note }
                 if let file = symbol.file { entry["file"] = file }
                 if let number = symbol.line { entry["line"] = number }
+            }
+            return entry
+        }
+        object["threads_total"] = report.threadsTotal
+        object["threads"] = report.threads.map { thread -> [String: Any] in
+            var entry: [String: Any] = [
+                "tid": thread.tid, "name": thread.name, "state": thread.state, "crashed": thread.crashed,
+                "crashed_too": thread.crashedToo, "captured": thread.captured,
+            ]
+            if let why = thread.whyNotCaptured { entry["why"] = why }
+            if !thread.crashed {
+                let named = symbolicator.symbolicate(thread, in: report)
+                entry["frames"] = zip(thread.frames, named).map { frame, symbol -> [String: Any] in
+                    var frameEntry: [String: Any] = [
+                        "pc": "0x" + String(frame.pc, radix: 16), "module_name": symbol.module,
+                    ]
+                    if let offset = frame.offset { frameEntry["offset"] = "0x" + String(offset, radix: 16) }
+                    if let function = symbol.function { frameEntry["function"] = function }
+                    if let file = symbol.file { frameEntry["file"] = file }
+                    if let number = symbol.line { frameEntry["line"] = number }
+                    return frameEntry
+                }
             }
             return entry
         }

@@ -72,11 +72,14 @@ extension Crashcap {
                 }
                 damaged = damaged || !report.problems.isEmpty || report.crashed == nil
                 if json {
-                    print(ReportRendering.json(report, symbols: symbolicator.symbolicate(report)))
+                    print(
+                        ReportRendering.json(
+                            report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator))
                 } else {
                     print(
                         ReportRendering.text(
-                            report, symbols: symbolicator.symbolicate(report), frames: frames, style: style))
+                            report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator,
+                            frames: frames, style: style))
                 }
             }
             if damaged { throw ExitCode(65) }

@@ -396,11 +396,11 @@ import Testing
 
     // The cases that held when the issue was filed, kept so that none regresses.
 
-    /// The disk filled after install (a 1 MiB tmpfs): the report lands in the space reserved then.
+    /// The disk filled after install (an 8 MiB tmpfs): the report lands in the space reserved then.
     @Test func aDiskFilledAfterInstallStillGetsTheReport() throws {
         let mountPoint = makeTemporaryDirectory("disk-full")
         let mounted = try run(
-            "/bin/mount", ["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", mountPoint], timeout: 20)
+            "/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", mountPoint], timeout: 20)
         try #require(mounted.exitCode == 0, "tests run as root here and mount a tmpfs: \(mounted.stderr)")
         defer { _ = try? run("/bin/umount", ["-l", mountPoint], timeout: 20) }
         let directory = mountPoint + "/capture"

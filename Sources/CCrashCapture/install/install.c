@@ -307,6 +307,8 @@ static bool cc_is_ours(const struct sigaction *sa) {
     return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == cc_signal_handler;
 }
 
+static void cc_install_thread_signal(void);
+
 static int cc_install_signal_handlers(void) {
     memset(&cc_global.ours, 0, sizeof(cc_global.ours));
     cc_global.ours.sa_sigaction = cc_signal_handler;
@@ -324,10 +326,44 @@ static int cc_install_signal_handlers(void) {
         if (sigaction(signo, &cc_global.ours, NULL) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
         cc_global.replaced[signo] = true;
     }
+    cc_install_thread_signal();
     return 0;
 }
 
+// The signal that asks each thread for its context at a crash: the highest real-time signal
+// nobody handles (apps and libraries that take one usually take the lowest free). Without a
+// free one, a report still lists every thread, without their stacks.
+static void cc_install_thread_signal(void) {
+    cc_global.thread_signal = 0;
+    for (int signo = SIGRTMAX; signo > SIGRTMIN; signo--) {
+        struct sigaction current;
+        if (sigaction(signo, NULL, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = cc_thread_capture_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        // Parked in this handler, a thread runs nothing else but a crash of its own.
+        sigfillset(&sa.sa_mask);
+        for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) sigdelset(&sa.sa_mask, cc_handled_signals[i]);
+        if (sigaction(signo, &sa, NULL) != 0) continue;
+        cc_global.thread_signal = signo;
+        cc_global.thread_signal_previous = current;
+        return;
+    }
+}
+
+static void cc_restore_thread_signal(void) {
+    int signo = cc_global.thread_signal;
+    if (signo == 0) return;
+    struct sigaction current;
+    if (sigaction(signo, NULL, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+        current.sa_sigaction == cc_thread_capture_handler)
+        sigaction(signo, &cc_global.thread_signal_previous, NULL);
+    cc_global.thread_signal = 0;
+}
+
 static void cc_restore_signal_handlers(void) {
+    cc_restore_thread_signal();
     for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) {
         int signo = cc_handled_signals[i];
         if (!cc_global.replaced[signo]) continue;

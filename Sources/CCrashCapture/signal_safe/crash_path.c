@@ -307,7 +307,7 @@ static volatile sig_atomic_t cc_stage_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
 
 static uintptr_t cc_frames[CC_MAX_FRAMES];
-static volatile size_t cc_frame_count;
+static volatile int cc_frame_count;
 static volatile int cc_used_libunwind;
 
 // Modules the loader gained after the last refresh, found through _r_debug at crash time.
@@ -333,9 +333,10 @@ enum cc_stage {
     CC_STAGE_UNWIND = 0,
     CC_STAGE_LATE_MODULES,
     CC_STAGE_TEXTS,
+    CC_STAGE_THREADS,
     CC_STAGE_COUNT,
 };
-static const char *const cc_stage_names[CC_STAGE_COUNT] = {"unwind", "late_modules", "texts"};
+static const char *const cc_stage_names[CC_STAGE_COUNT] = {"unwind", "late_modules", "texts", "threads"};
 
 static bool cc_in_module(const cc_module *m, uintptr_t pc) { return pc >= m->start && pc < m->end; }
 
@@ -373,45 +374,68 @@ static void cc_unwind(ucontext_t *uc) {
     cc_recover_bad_call(uc);
 }
 
-static void cc_walk_stack(ucontext_t *uc) {
-    cc_frame_count = 0;
-    cc_used_libunwind = 0;
-    if (cc_fault_on_purpose) {
-        volatile int *volatile nowhere = 0;
-        *nowhere = 1;
-    }
+// Walks a stack from a saved context into `frames`: libunwind when it was found at install,
+// else (or when it finds no caller) frame pointers. *count grows as frames are found, so a
+// fault part-way (caught by the stage guard) keeps the frames found before it.
+static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile int *count, volatile int *used_libunwind) {
+    *count = 0;
+    *used_libunwind = 0;
     if (cc_global.unw_init_local2 != NULL) {
         unw_cursor_t cursor;
         if (cc_global.unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
-            cc_used_libunwind = 1;
+            *used_libunwind = 1;
             do {
                 unw_word_t ip = 0;
                 if (cc_global.unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
-                cc_frames[cc_frame_count] = (uintptr_t)ip;
-                cc_frame_count = cc_frame_count + 1;
-            } while (cc_frame_count < CC_MAX_FRAMES && cc_global.unw_step(&cursor) > 0);
-            if (cc_frame_count > 1) return;
+                frames[*count] = (uintptr_t)ip;
+                *count = *count + 1;
+            } while ((size_t)*count < max && cc_global.unw_step(&cursor) > 0);
+            if (*count > 1) return;
         }
     }
-    // Frame-pointer walk: used without libunwind, or when it found no caller. A bad frame
-    // pointer faults, which the stage guard turns into a shorter stack.
+    // A bad frame pointer faults, which the stage guard turns into a shorter stack.
     cc_registers r = cc_registers_from(uc);
-    cc_used_libunwind = 0;
-    cc_frames[0] = r.pc;
-    cc_frame_count = 1;
+    *used_libunwind = 0;
+    frames[0] = r.pc;
+    *count = 1;
     uintptr_t fp = r.fp;
-    while (cc_frame_count < CC_MAX_FRAMES && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
+    while ((size_t)*count < max && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
         const uintptr_t *frame = (const uintptr_t *)fp;
         uintptr_t next = frame[0];
         uintptr_t ret = frame[1];
         if (ret == 0) break;
-        cc_frames[cc_frame_count] = ret;
-        cc_frame_count = cc_frame_count + 1;
+        frames[*count] = ret;
+        *count = *count + 1;
         if (next <= fp) break;
         fp = next;
     }
 }
 
+static void cc_walk_stack(ucontext_t *uc) {
+    if (cc_fault_on_purpose) {
+        volatile int *volatile nowhere = 0;
+        *nowhere = 1;
+    }
+    cc_walk(uc, cc_frames, CC_MAX_FRAMES, &cc_frame_count, &cc_used_libunwind);
+}
+
+// The other threads, each from the context it saved, each under a guard of its own: a
+// corrupt stack costs that thread's frames only.
+static void cc_unwind_other_threads(void) {
+    for (volatile int i = 0; cc_thread_slot_at(i) != NULL; i++) {
+        cc_thread_slot *slot = cc_thread_slot_at(i);
+        if (!cc_thread_captured(slot)) continue;
+        volatile int used_libunwind = 0;
+        if (sigsetjmp(cc_stage_jump, 1) == 0) {
+            cc_stage_armed = 1;
+            cc_walk(&slot->context, slot->frames, CC_THREAD_FRAMES, (volatile int *)&slot->frame_count, &used_libunwind);
+            cc_stage_armed = 0;
+        } else {
+            cc_stage_armed = 0;
+            slot->unwind_faulted = true;
+        }
+    }
+}
 
 // Index of the module holding pc in the combined list (install-time map, then late ones).
 static long cc_find_module(const cc_module_map *map, uintptr_t pc, uintptr_t *bias) {
@@ -501,6 +525,7 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
             case CC_STAGE_UNWIND: cc_unwind(uc); break;
             case CC_STAGE_LATE_MODULES: cc_scan_late_modules(map); break;
             case CC_STAGE_TEXTS: cc_gather_texts(); break;
+            case CC_STAGE_THREADS: cc_unwind_other_threads(); break;
             }
             cc_stage_armed = 0;
         } else {
@@ -694,6 +719,60 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
     cc_buf_append(b, frac, 3);
 }
 
+static void cc_append_state(cc_buf *b, char state) {
+    cc_buf_append_str(b, ",\"state\":");
+    char text[2] = {state, '\0'};
+    cc_buf_append_json_string(b, text, 2);
+}
+
+// Every thread, the crashing one first (its frames are the report's own). After the modules,
+// so that a report too large for the record loses threads (counted), never the modules.
+static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
+    cc_buf_append_str(b, ",\"threads\":[{\"tid\":");
+    cc_buf_append_i64(b, c->tid);
+    cc_buf_append_str(b, ",\"name\":");
+    cc_buf_append_json_string(b, cc_thread_name, sizeof(cc_thread_name));
+    cc_buf_append_str(b, ",\"state\":\"R\",\"crashed\":true}");
+    int listed = 1, left_out = 0;
+    for (int i = 0; cc_thread_slot_at(i) != NULL; i++) {
+        const cc_thread_slot *slot = cc_thread_slot_at(i);
+        // A thread of the largest kind takes about 3.5 KiB; past the limit the rest are counted.
+        if (b->len + 4096 > limit) {
+            left_out++;
+            continue;
+        }
+        listed++;
+        cc_buf_append_str(b, ",{\"tid\":");
+        cc_buf_append_i64(b, slot->tid);
+        cc_buf_append_str(b, ",\"name\":");
+        cc_buf_append_json_string(b, slot->name, sizeof(slot->name));
+        cc_append_state(b, slot->run_state);
+        if (cc_thread_crashed_too(slot->tid)) cc_buf_append_str(b, ",\"crashed_too\":true");
+        if (!cc_thread_captured(slot)) {
+            cc_buf_append_str(b, ",\"captured\":false,\"why\":");
+            cc_buf_append_json_string(b, slot->why != NULL ? slot->why : "unknown", 128);
+            cc_buf_append_str(b, "}");
+            continue;
+        }
+        cc_buf_append_str(b, ",\"captured\":true,\"registers\":");
+        cc_append_registers(b, &slot->context);
+        cc_buf_append_str(b, ",\"frames\":[");
+        for (int f = 0; f < slot->frame_count; f++) {
+            if (f > 0) cc_buf_append_str(b, ",");
+            cc_buf_append_quoted_hex(b, slot->frames[f]);
+        }
+        cc_buf_append_str(b, "]");
+        if (slot->unwind_faulted) cc_buf_append_str(b, ",\"unwind_faulted\":true");
+        if (slot->frame_count == CC_THREAD_FRAMES) cc_buf_append_str(b, ",\"frames_truncated\":true");
+        cc_buf_append_str(b, "}");
+    }
+    int total = cc_threads_total_count();
+    cc_buf_append_str(b, "],\"threads_total\":");
+    cc_buf_append_i64(b, total > listed + left_out ? total : listed + left_out);
+    cc_buf_append_str(b, ",\"threads_listed\":");
+    cc_buf_append_i64(b, listed);
+}
+
 static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     // Leave room to close the JSON whatever happens: frames and modules stop early instead.
     size_t limit = b->cap > 4096 ? b->cap - 4096 : 0;
@@ -734,7 +813,9 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
         cc_buf_append_str(b, m->build_id);
         cc_buf_append_str(b, "\",\"loaded_after_install\":true}");
     }
-    cc_buf_append_str(b, "]}");
+    cc_buf_append_str(b, "]");
+    cc_append_threads(b, c, limit);
+    cc_buf_append_str(b, "}");
 }
 
 static size_t cc_build_crashed_event(char *out, size_t cap, const cc_crash *c) {
@@ -870,12 +951,15 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         .time_ms = cc_wall_ms(),
         .entry_ns = entry_ns,
     };
+    // The other threads first, so the report shows them as they were when the crash came.
+    cc_threads_capture(c.tid, cc_monotonic_ns() + CC_THREAD_ANSWER_NS);
     c.faulted_stages = cc_run_stages(uc, c.map);
 
     char *out = cc_record;
     size_t cap = sizeof(cc_record);
-    size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap / 2, &c);
-    if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap / 2, &c);
+    // The $AppEnd that follows needs a few hundred bytes; 16 KiB are left for it.
+    size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
+    if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
     cc_frame_in_place(out, CCF_RECORD_EVENT, crashed);
     size_t total = CCF_RECORD_HEADER_SIZE + crashed;
     // A session already ended normally ($AppEnd tracked, then a crash in an atexit handler)
@@ -900,6 +984,8 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     }
     cc_write_report(out, total, cap, entry_ns, allowed);
     if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
+    // Before chaining: a handler we chain to may let the process go on.
+    cc_threads_release();
 }
 
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed) {
@@ -1023,6 +1109,15 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
     } else {
         // Another thread is reporting. Give it time to finish and to end the process with
         // its own signal; if it does not within the bound, end it with ours.
+        cc_threads_note_waiting_crasher(self);
+        // Answer the reporter's request for this thread's context while waiting: the report
+        // then shows this crash's stack too (libunwind crosses this handler's signal frame).
+        if (cc_global.thread_signal > 0) {
+            sigset_t ask;
+            sigemptyset(&ask);
+            sigaddset(&ask, cc_global.thread_signal);
+            pthread_sigmask(SIG_UNBLOCK, &ask, NULL);
+        }
         struct timespec tick = {0, 1000000};
         for (int waited_ms = 0; waited_ms < 20000 && !atomic_load(&cc_report_written); waited_ms++)
             nanosleep(&tick, NULL);

@@ -16,9 +16,9 @@
 #define CCF_RECORD_MAGIC "CCR1"
 #define CCF_RECORD_HEADER_SIZE 16
 /// The largest payload a record may declare, and the most that all the records of one file
-/// may hold together (the crash path writes at most CC_RECORD_CAPACITY, 512 KiB, of events):
+/// may hold together (the crash path writes at most CC_RECORD_CAPACITY, 2.06 MiB, of events):
 /// this bounds the JSON a reader parses per file.
-#define CCF_MAXIMUM_PAYLOAD 1048576  // 1 MiB
+#define CCF_MAXIMUM_PAYLOAD 4194304  // 4 MiB
 /// Readers stop here; anything past it is reported, never loaded.
 #define CCF_MAXIMUM_FILE_SIZE 16777216  // 16 MiB
 /// The crash path writes a session record, two events and a timing record; readers take at most
@@ -29,9 +29,10 @@
 /// a flipped bit) makes one or two.
 #define CCF_MAXIMUM_PROBLEMS 16
 /// JSON values (objects, arrays and their members) that readers parse from one file's records
-/// at most. A crash's report holds a few thousand (256 frames, 512 modules); parsed, each costs
-/// a reader about a hundred bytes, so this bounds the memory a crafted file can make it use.
-#define CCF_MAXIMUM_JSON_VALUES 65536
+/// at most. A crash's report holds a few thousand, about 90,000 at worst (513 threads of 128
+/// frames and their registers, 512 modules); parsed, each costs a reader about a hundred
+/// bytes, so this bounds the memory a crafted file can make it use.
+#define CCF_MAXIMUM_JSON_VALUES 131072
 #define CCF_FILE_PREFIX "crash-"
 #define CCF_FILE_EXTENSION "ccr"
 

@@ -161,6 +161,17 @@ package struct CrashReplayer: Sendable {
             if let line = symbol.line { frames[index]["line"] = line }
         }
         crash["frames"] = frames
+        // Every other thread's frames, named the same way: an analyst reading the event sees a
+        // deadlock without the crash file.
+        if var threads = crash["threads"] as? [[String: Any]] {
+            for (index, thread) in report.threads.enumerated() where index < threads.count && !thread.crashed {
+                let named = symbolicator.symbolicate(thread, in: report)
+                threads[index]["frames"] = zip(thread.frames, named).map { frame, symbol in
+                    Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
+                }
+            }
+            crash["threads"] = threads
+        }
         crash["symbolicated"] = true
         event["crash"] = crash
         var properties = event["properties"] as? [String: Any] ?? [:]
@@ -175,6 +186,16 @@ package struct CrashReplayer: Sendable {
         }
         event["properties"] = properties
         return event
+    }
+
+    static func frameObject(pc: UInt64, offset: UInt64?, symbol: Symbolicator.Symbol) -> [String: Any] {
+        var object: [String: Any] = ["pc": "0x" + String(pc, radix: 16), "module_name": symbol.module]
+        if let offset { object["offset"] = "0x" + String(offset, radix: 16) }
+        if let function = symbol.function { object["function"] = function }
+        if let within = symbol.offsetInFunction { object["function_offset"] = within }
+        if let file = symbol.file { object["file"] = file }
+        if let line = symbol.line { object["line"] = line }
+        return object
     }
 
     /// The first lines of the handler's own text (signal, thread, message), then named frames,

@@ -1,0 +1,229 @@
+// Every other thread of the crashing process, for the report: listed from /proc/self/task,
+// each asked (a real-time signal reserved at install) to save its context into a slot
+// prepared here and to wait, so that the crashing thread can unwind it while its stack holds
+// still. The rules of crash_path.c apply: signal-safe calls only, nothing allocated, every
+// wait bounded. A thread that does not answer in time (signals blocked, stopped, stuck in
+// the kernel, crashing itself) is still listed, with its name and why it was not captured.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+
+enum {
+    CC_SLOT_ASKED = 1,      // signalled, not answered yet
+    CC_SLOT_CAPTURED = 2,   // its context is in the slot and it waits for the release
+    CC_SLOT_MISSED = 3,     // did not answer in time, or could not be asked
+};
+
+static cc_thread_slot cc_slots[CC_MAX_THREADS];
+static int cc_slot_count;
+static int cc_threads_total;      // every thread /proc/self/task listed, the crashing one included
+static _Atomic int cc_capture_open;  // the capture handler answers only while this is set
+static _Atomic uint32_t cc_release_word;  // futex word: 1 once the captured threads may go on
+
+#define CC_WAITING_CRASHERS 64
+
+// Threads that crashed while another was reporting wait in the crash handler with every
+// other signal blocked: they are named as such instead of "did not answer".
+static _Atomic pid_t cc_waiting_crashers[CC_WAITING_CRASHERS];
+static bool cc_is_waiting_crasher(pid_t tid);
+
+static pid_t cc_thread_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+void cc_threads_note_waiting_crasher(pid_t tid) {
+    for (int i = 0; i < CC_WAITING_CRASHERS; i++) {
+        pid_t none = 0;
+        if (atomic_compare_exchange_strong(&cc_waiting_crashers[i], &none, tid)) return;
+    }
+}
+
+bool cc_thread_crashed_too(pid_t tid) { return cc_is_waiting_crasher(tid); }
+
+static bool cc_is_waiting_crasher(pid_t tid) {
+    for (int i = 0; i < CC_WAITING_CRASHERS; i++)
+        if (atomic_load(&cc_waiting_crashers[i]) == tid) return true;
+    return false;
+}
+
+void cc_thread_capture_handler(int signo, siginfo_t *info, void *context) {
+    (void)signo;
+    int saved_errno = errno;
+    // Only our own request during a capture; anyone else's signal is left without effect.
+    if (info->si_code != SI_TKILL || info->si_pid != getpid() || !atomic_load(&cc_capture_open)) {
+        errno = saved_errno;
+        return;
+    }
+    pid_t self = cc_thread_gettid();
+    for (int i = 0; i < cc_slot_count; i++) {
+        cc_thread_slot *slot = &cc_slots[i];
+        if (slot->tid != self) continue;
+        memcpy(&slot->context, context, sizeof(ucontext_t));
+        int asked = CC_SLOT_ASKED;
+        // Too late (the reporter gave up on us): go on at once.
+        if (!atomic_compare_exchange_strong(&slot->state, &asked, CC_SLOT_CAPTURED)) break;
+        // Hold still until released: our stack is being unwound. Bounded (30 s) in case the
+        // reporting thread never gets there.
+        struct timespec tick = {0, 10 * 1000000};
+        for (int waited = 0; waited < 3000 && atomic_load(&cc_release_word) == 0; waited++)
+            syscall(SYS_futex, &cc_release_word, FUTEX_WAIT_PRIVATE, 0, &tick, NULL, 0);
+        break;
+    }
+    errno = saved_errno;
+}
+
+// Reads a small file of /proc into buf (NUL-terminated); the length read, or 0.
+static size_t cc_read_proc(const char *path, char *buf, size_t cap) {
+    int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    return (size_t)n;
+}
+
+static void cc_task_path(char *out, size_t cap, pid_t tid, const char *leaf) {
+    cc_buf b = {out, 0, cap - 1, false};
+    cc_buf_append_str(&b, "/proc/self/task/");
+    cc_buf_append_u64(&b, (uint64_t)tid);
+    cc_buf_append_str(&b, "/");
+    cc_buf_append_str(&b, leaf);
+    out[b.len] = '\0';
+}
+
+// Name from comm, run state from stat (the character after the command's closing parenthesis).
+static void cc_describe_thread(cc_thread_slot *slot) {
+    char path[64], text[512];
+    cc_task_path(path, sizeof(path), slot->tid, "comm");
+    size_t n = cc_read_proc(path, text, sizeof(slot->name));
+    if (n > 0 && text[n - 1] == '\n') text[--n] = '\0';
+    memcpy(slot->name, text, n + 1);
+    slot->run_state = '?';
+    cc_task_path(path, sizeof(path), slot->tid, "stat");
+    n = cc_read_proc(path, text, sizeof(text));
+    for (size_t i = n; i > 0; i--) {
+        if (text[i - 1] == ')' && i + 1 < n) {
+            slot->run_state = text[i + 1];
+            break;
+        }
+    }
+}
+
+// Whether the thread blocks our signal (SigBlk in its status, a hex mask).
+static bool cc_blocks_signal(pid_t tid, int signo) {
+    char path[64], text[2048];
+    cc_task_path(path, sizeof(path), tid, "status");
+    size_t n = cc_read_proc(path, text, sizeof(text));
+    const char *key = "SigBlk:";
+    for (size_t i = 0; i + 7 < n; i++) {
+        if (memcmp(text + i, key, 7) != 0) continue;
+        size_t at = i + 7;
+        while (at < n && (text[at] == '\t' || text[at] == ' ')) at++;
+        uint64_t mask = 0;
+        for (; at < n; at++) {
+            char c = text[at];
+            int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (digit < 0) break;
+            mask = (mask << 4) | (uint64_t)digit;
+        }
+        return (mask >> (signo - 1)) & 1;
+    }
+    return false;
+}
+
+static const char *cc_why_missed(const cc_thread_slot *slot, int signo) {
+    if (cc_is_waiting_crasher(slot->tid)) return "crashed too; waiting in the crash handler";
+    switch (slot->run_state) {
+    case 'T': return "stopped";
+    case 't': return "stopped by a debugger";
+    case 'D': return "in an uninterruptible wait in the kernel";
+    case 'Z': case 'X': return "exiting";
+    default: break;
+    }
+    if (cc_blocks_signal(slot->tid, signo)) return "blocks every signal";
+    return "did not answer in time";
+}
+
+// Lists the threads (up to CC_MAX_THREADS besides the crashing one; the rest are counted),
+// asks each to save its context, and waits for the answers until `deadline_ns`
+// (CLOCK_MONOTONIC). Returns the number of slots filled.
+int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
+    cc_slot_count = 0;
+    cc_threads_total = 0;
+    int signo = cc_global.thread_signal;
+    int dir = openat(AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return 0;
+    static char entries[8192];
+    for (;;) {
+        long n = syscall(SYS_getdents64, dir, entries, sizeof(entries));
+        if (n <= 0) break;
+        for (long at = 0; at < n;) {
+            const char *record = entries + at;
+            unsigned short length;
+            memcpy(&length, record + 16, sizeof(length));
+            const char *name = record + 19;
+            at += length;
+            if (name[0] < '0' || name[0] > '9') continue;
+            pid_t tid = 0;
+            for (const char *p = name; *p >= '0' && *p <= '9'; p++) tid = tid * 10 + (*p - '0');
+            cc_threads_total++;
+            if (tid == crashing || cc_slot_count >= CC_MAX_THREADS) continue;
+            cc_thread_slot *slot = &cc_slots[cc_slot_count++];
+            slot->tid = tid;
+            slot->frame_count = 0;
+            slot->unwind_faulted = false;
+            slot->why = NULL;
+            atomic_store(&slot->state, CC_SLOT_ASKED);
+        }
+    }
+    close(dir);
+    for (int i = 0; i < cc_slot_count; i++) cc_describe_thread(&cc_slots[i]);
+    if (signo <= 0) {
+        for (int i = 0; i < cc_slot_count; i++) {
+            atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
+            cc_slots[i].why = "no signal was free to ask threads with";
+        }
+        return cc_slot_count;
+    }
+    atomic_store(&cc_release_word, 0);
+    atomic_store(&cc_capture_open, 1);
+    pid_t pid = getpid();
+    for (int i = 0; i < cc_slot_count; i++) {
+        if (syscall(SYS_tgkill, pid, cc_slots[i].tid, signo) != 0) {
+            atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
+            cc_slots[i].why = "exited";
+        }
+    }
+    struct timespec tick = {0, 20000};
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < cc_slot_count; i++) pending += atomic_load(&cc_slots[i].state) == CC_SLOT_ASKED;
+        if (pending == 0 || cc_monotonic_ns() >= deadline_ns) break;
+        nanosleep(&tick, NULL);
+    }
+    for (int i = 0; i < cc_slot_count; i++) {
+        int asked = CC_SLOT_ASKED;
+        if (atomic_compare_exchange_strong(&cc_slots[i].state, &asked, CC_SLOT_MISSED))
+            cc_slots[i].why = cc_why_missed(&cc_slots[i], signo);
+    }
+    return cc_slot_count;
+}
+
+int cc_threads_total_count(void) { return cc_threads_total; }
+
+cc_thread_slot *cc_thread_slot_at(int index) { return index < cc_slot_count ? &cc_slots[index] : NULL; }
+
+bool cc_thread_captured(const cc_thread_slot *slot) { return atomic_load(&slot->state) == CC_SLOT_CAPTURED; }
+
+void cc_threads_release(void) {
+    atomic_store(&cc_capture_open, 0);
+    atomic_store(&cc_release_word, 1);
+    syscall(SYS_futex, &cc_release_word, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
