@@ -1,4 +1,6 @@
 #include <assert.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <dlfcn.h>
@@ -226,6 +228,147 @@ NOINLINE void sample_directory_removed_then_segv(void) {
     sample_null_read();
 }
 
+// MARK: - Threads for the report's every-thread capture
+
+static _Atomic int sample_parked;
+
+// Each parked thread says it is about to block; the crash comes once all have (and a moment
+// later, so that each is inside its system call).
+static void sample_about_to_park(void) { atomic_fetch_add(&sample_parked, 1); }
+
+static void sample_wait_for_parked(int count) {
+    while (atomic_load(&sample_parked) < count) usleep(1000);
+    usleep(30000);
+}
+
+static pthread_mutex_t sample_park_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sample_park_cond = PTHREAD_COND_INITIALIZER;
+static int sample_park_pipe[2];
+
+NOINLINE static void *sample_park_in_futex(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "park-futex");
+    pthread_mutex_lock(&sample_park_mutex);
+    sample_about_to_park();
+    for (;;) pthread_cond_wait(&sample_park_cond, &sample_park_mutex);
+    return NULL;
+}
+
+NOINLINE static void *sample_park_in_read(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "park-read");
+    char byte;
+    sample_about_to_park();
+    for (;;) (void)!read(sample_park_pipe[0], &byte, 1);
+    return NULL;
+}
+
+NOINLINE static void *sample_park_in_nanosleep(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "park-sleep");
+    sample_about_to_park();
+    for (;;) {
+        struct timespec hour = {3600, 0};
+        nanosleep(&hour, NULL);
+    }
+    return NULL;
+}
+
+NOINLINE static void *sample_park_in_poll(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "park-poll");
+    struct pollfd wait = {.fd = sample_park_pipe[0], .events = POLLIN};
+    sample_about_to_park();
+    for (;;) poll(&wait, 1, -1);
+    return NULL;
+}
+
+// A thread that blocks every signal: it cannot be asked for its context.
+NOINLINE static void *sample_block_everything(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "blocker");
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    sample_about_to_park();
+    for (;;) {
+        struct timespec hour = {3600, 0};
+        nanosleep(&hour, NULL);
+    }
+    return NULL;
+}
+
+static void sample_start(void *(*body)(void *)) {
+    pthread_t id;
+    pthread_create(&id, NULL, body, NULL);
+    pthread_detach(id);
+}
+
+NOINLINE void sample_threads_parked(void) {
+    if (pipe(sample_park_pipe) != 0) abort();
+    sample_start(sample_park_in_futex);
+    sample_start(sample_park_in_read);
+    sample_start(sample_park_in_nanosleep);
+    sample_start(sample_park_in_poll);
+    sample_wait_for_parked(4);
+    sample_null_read();
+}
+
+NOINLINE void sample_thread_blocks_signals(void) {
+    sample_start(sample_block_everything);
+    sample_start(sample_park_in_nanosleep);
+    sample_wait_for_parked(2);
+    sample_null_read();
+}
+
+NOINLINE void sample_threads_256(void) {
+    for (int i = 0; i < 256; i++) sample_start(sample_park_in_nanosleep);
+    sample_wait_for_parked(256);
+    sample_null_read();
+}
+
+static void *sample_short_lived(void *unused) {
+    (void)unused;
+    return NULL;
+}
+
+// Threads start and end all the time while the crash is reported.
+NOINLINE static void *sample_churn(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "churn");
+    sample_about_to_park();
+    for (;;) sample_start(sample_short_lived);
+    return NULL;
+}
+
+NOINLINE void sample_threads_churning(void) {
+    sample_start(sample_churn);
+    sample_start(sample_churn);
+    sample_wait_for_parked(2);
+    sample_null_read();
+}
+
+// Another thread inside malloc and free all the time: the crash path must not need the
+// allocator's lock, and that thread's stack is still captured.
+NOINLINE static void *sample_malloc_forever(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), "mallocer");
+    sample_about_to_park();
+    for (volatile unsigned i = 0;; i++) {
+        void *volatile block = malloc(64 + i % 4096);
+        free(block);
+    }
+    return NULL;
+}
+
+NOINLINE void sample_crash_while_other_mallocs(void) {
+    sample_start(sample_malloc_forever);
+    sample_wait_for_parked(1);
+    sample_null_read();
+}
+
+NOINLINE void sample_concurrent_crashes_2(void) { sample_crash_on_threads(2); }
+
 // fork() for the Swift sample, which Swift's Glibc module does not offer.
 int sample_fork(void) { return fork(); }
 
@@ -387,6 +530,12 @@ static const sample_kind sample_kinds[] = {
     {"directory-read-only-then-segv", sample_directory_read_only_then_segv},
     {"directory-removed-then-segv", sample_directory_removed_then_segv},
     {"concurrent-256", sample_concurrent_crashes_256},
+    {"concurrent-2", sample_concurrent_crashes_2},
+    {"threads-parked", sample_threads_parked},
+    {"thread-blocks-signals", sample_thread_blocks_signals},
+    {"threads-256", sample_threads_256},
+    {"threads-churning", sample_threads_churning},
+    {"malloc-other-thread", sample_crash_while_other_mallocs},
     {"fill-disk-then-segv", sample_fill_disk_then_segv},
 };
 
@@ -394,7 +543,9 @@ static const char *const sample_c_kinds[] = {
     "null-read", "null-write", "wild-pointer", "noncanonical-pointer", "write-readonly", "jump-nonexec", "null-function",
     "bus-truncated-mmap", "int-divide-by-zero", "builtin-trap", "abort", "assert", "cxx-runtime-error",
     "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
-    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", "loader-lock", NULL,
+    "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", "loader-lock",
+    "threads-parked", "thread-blocks-signals", "threads-256", "threads-churning", "malloc-other-thread", "concurrent-2",
+    NULL,
 };
 
 const char *sample_c_kind_at(int index) {

@@ -38,6 +38,15 @@ struct HarnessCase: Sendable {
         /// The report comes from a forked child, not from the process we started.
         var fromChild = false
         var sentValue: Int? = nil
+        /// Other threads that must be in the report, by name, each with a substring of a function
+        /// on its stack ("": listed and captured is enough).
+        var threads: [String: String] = [:]
+        /// Threads that must be listed as not captured, by name, with a substring of why.
+        var threadsNotCaptured: [String: String] = [:]
+        /// At least this many threads listed, every one captured.
+        var allCapturedOf: Int? = nil
+        /// A substring of a function on the stack of a thread that crashed too.
+        var crashedToo: String? = nil
     }
 
     var program: Program
@@ -172,6 +181,36 @@ enum HarnessMatrix {
             c(
                 "stack-overflow", .init(signal: SIGSEGV, frame: "sample_recurse_forever", topFrames: 3),
                 context: "pthread"),
+            c(
+                "threads-parked",
+                .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    threads: [
+                        "park-futex": "sample_park_in_futex", "park-read": "sample_park_in_read",
+                        "park-sleep": "sample_park_in_nanosleep", "park-poll": "sample_park_in_poll",
+                    ])),
+            c(
+                "thread-blocks-signals",
+                .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    threads: ["park-sleep": "sample_park_in_nanosleep"],
+                    threadsNotCaptured: ["blocker": "blocks every signal"])),
+            c(
+                "threads-256",
+                .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    threads: ["park-sleep": "sample_park_in_nanosleep"], allCapturedOf: 257)),
+            c(
+                "threads-churning",
+                .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read", threads: ["churn": ""])),
+            c(
+                "malloc-other-thread",
+                .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    threads: ["mallocer": "sample_malloc_forever"])),
+            c(
+                "concurrent-2",
+                .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read", crashedToo: "sample_null_read")),
             c("heap-corrupt", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
             c("malloc-lock", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
             c("loader-lock", .init(signal: SIGSEGV, frame: "sample_crash_in_phdr_callback")),

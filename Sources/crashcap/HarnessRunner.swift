@@ -218,6 +218,45 @@ struct HarnessRunner {
         }
     }
 
+    /// Every report lists its threads, the crashing one first; a case may ask for more.
+    func threadProblems(_ expect: HarnessCase.Expectation, report: CrashReport) -> [String] {
+        var problems: [String] = []
+        guard report.threads.first?.crashed == true else { return ["the crashing thread is not listed first"] }
+        let symbolicator = Symbolicator()
+        func functions(_ thread: CrashReport.Thread) -> [String] {
+            symbolicator.symbolicate(thread, in: report).compactMap(\.function)
+        }
+        for (name, function) in expect.threads.sorted(by: { $0.key < $1.key }) {
+            let named = report.threads.filter { $0.name == name && !$0.crashed }
+            if named.isEmpty {
+                problems.append("no thread named \(name): \(report.threads.map(\.name))")
+            } else if !named.contains(where: {
+                $0.captured && (function.isEmpty || functions($0).contains { $0.contains(function) })
+            }) {
+                problems.append("thread \(name) captured without \(function): \(named.first.map(functions) ?? [])")
+            }
+        }
+        for (name, why) in expect.threadsNotCaptured {
+            if !report.threads.contains(where: {
+                $0.name == name && !$0.captured && $0.whyNotCaptured?.contains(why) == true
+            }) {
+                problems.append("thread \(name) not listed as not captured (\(why))")
+            }
+        }
+        if let count = expect.allCapturedOf {
+            let captured = report.threads.filter { $0.captured && !$0.frames.isEmpty }.count
+            if report.threads.count < count || captured != report.threads.count {
+                problems.append("\(captured) of \(report.threads.count) threads captured, expected all of \(count)")
+            }
+        }
+        if let function = expect.crashedToo,
+            !report.threads.contains(where: { $0.crashedToo && functions($0).contains { $0.contains(function) } })
+        {
+            problems.append("no thread that crashed too shows \(function)")
+        }
+        return problems
+    }
+
     func checkReport(
         _ test: HarnessCase, directory: String, outcome: ChildProcess.Outcome, into result: inout HarnessResult
     ) {
@@ -293,6 +332,7 @@ struct HarnessRunner {
                 problems.append("no frame in \(library) among the top \(expect.topFrames): \(modulePaths)")
             }
         }
+        problems += threadProblems(expect, report: report)
         result.handlerMilliseconds = report.timing.map { Double($0.handlerNanoseconds) / 1e6 }
         result.captureOK = problems.isEmpty
         result.failures += problems

@@ -45,6 +45,32 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory + "-moved/archive").count == 1)
     }
 
+    /// Every thread's frames are named in the replayed event, so the backend shows what each
+    /// thread was doing without the crash file.
+    @Test func theReplayedEventNamesEveryThreadsFrames() throws {
+        let directory = makeTemporaryDirectory("threads")
+        let crashed = try run(
+            Paths.cSample, ["threads-parked"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(crashed.signal == SIGSEGV)
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        #expect(CrashReplayer(directory: directory, store: store).replayAll().count(.imported) == 1)
+        let event = try #require(try objects(store).first { $0["event"] as? String == "$AppCrashed" })
+        let crash = try #require(event["crash"] as? [String: Any])
+        let threads = try #require(crash["threads"] as? [[String: Any]])
+        #expect(threads.count == 5 && threads.first?["crashed"] as? Bool == true)
+        #expect((crash["threads_total"] as? NSNumber)?.intValue == 5)
+        for (name, function) in [
+            ("park-futex", "sample_park_in_futex"), ("park-read", "sample_park_in_read"),
+            ("park-sleep", "sample_park_in_nanosleep"), ("park-poll", "sample_park_in_poll"),
+        ] {
+            let thread = try #require(threads.first { $0["name"] as? String == name }, "\(name) listed")
+            let frames = thread["frames"] as? [[String: Any]] ?? []
+            #expect(frames.contains { ($0["function"] as? String)?.contains(function) == true }, "\(name): \(frames)")
+            #expect(frames.allSatisfy { $0["module_name"] is String && $0["pc"] is String })
+        }
+    }
+
     @Test func importsOnceSymbolicatesAndDeletes() throws {
         let directory = try crashedDirectory()
         let file = crashFiles(in: directory)[0]

@@ -26,6 +26,27 @@ import Testing
         #expect(damaged.stdout.contains("damaged: "))
     }
 
+    /// 256 threads parked on one line of code: one stack, printed once with its count.
+    @Test func showFoldsIdenticalThreadStacks() throws {
+        let directory = makeTemporaryDirectory("show-threads")
+        let crashed = try run(
+            Paths.cSample, ["threads-256"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(crashed.signal == SIGSEGV)
+        let text = try run(Paths.crashcap, ["show", directory, "--no-color"])
+        #expect(text.exitCode == 0)
+        #expect(text.stdout.contains("threads: 257 (257 listed, crashed first)"), "\(text.stdout.prefix(2000))")
+        #expect(text.stdout.contains("256 threads with this stack: "))
+        #expect(text.stdout.contains("and 248 more"))
+        #expect(text.stdout.components(separatedBy: "sample_park_in_nanosleep").count == 2, "the stack printed once")
+        let json = try run(Paths.crashcap, ["show", directory, "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        let threads = object?["threads"] as? [[String: Any]] ?? []
+        #expect(threads.count == 257 && (object?["threads_total"] as? NSNumber)?.intValue == 257)
+        #expect(threads.dropFirst().allSatisfy { ($0["frames"] as? [[String: Any]])?.isEmpty == false })
+    }
+
     @Test func showPrintsAReadableReportWithoutColourWhenPiped() throws {
         let directory = makeTemporaryDirectory("show")
         _ = try run(Paths.cSample, ["cxx-runtime-error"], environment: ["CRASHCAPTURE_DIR": directory])
