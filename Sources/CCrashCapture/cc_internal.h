@@ -67,6 +67,7 @@ typedef struct cc_state {
     int reserved_fds[CC_RESERVED_FDS];  // /dev/null, opened at install, closed by the reporting thread
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
+    bool crash_line;  // one line on stderr at a crash
     char directory[PATH_MAX];
     char app_name[256];
     char app_version[256];
@@ -163,7 +164,7 @@ typedef struct cc_thread_slot {
     char run_state;   // from /proc/self/task/<tid>/stat: R, S, D, T, ...
     const char *why;  // when not captured
     bool unwind_faulted;
-    int frame_count;
+    volatile size_t frame_count;
     ucontext_t context;
     uintptr_t frames[CC_THREAD_FRAMES];
 } cc_thread_slot;

@@ -11,7 +11,7 @@ import Testing
     /// signal-safety(7), as far as the folder uses it.
     static let signalSafe: Set<String> = [
         "abort", "clock_gettime", "close", "fdatasync", "fsync", "getpid", "linkat", "lseek", "memcmp", "memcpy",
-        "memmove", "mkdir", "memset", "nanosleep", "openat", "pthread_sigmask", "raise", "read", "sigaction",
+        "memmove", "mkdir", "memset", "nanosleep", "openat", "poll", "pthread_sigmask", "raise", "read", "sigaction",
         "sigaddset",
         "sigdelset",
         "sigemptyset", "sigismember", "signal", "strlen", "unlinkat", "write",

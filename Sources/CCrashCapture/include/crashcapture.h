@@ -49,8 +49,13 @@ typedef struct crashcapture_config {
     /// For language bindings that validate typed values themselves: the members of a JSON
     /// object (`"k":1,"s":"v"`, no braces), appended after `properties`. NULL for none.
     const char *prevalidated_properties_json;
-    /// Bytes reserved on disk for the crash report at install. 0: the default (256 KiB).
+    /// Bytes reserved on disk for the crash report at install. 0: the default (2 MiB + 80 KiB,
+    /// the largest report: every thread's stack and registers).
     size_t reserved_bytes;
+    /// Nonzero: no line on stderr at a crash. By default one line (signal, code, fault address,
+    /// thread, top frame, the report's path) is written there, so that container logs show the
+    /// crash even when the capture directory is lost.
+    int no_crash_line;
 } crashcapture_config;
 
 /// Installs the handlers. Returns 0, or -1 with crashcapture_last_error() set; a second

@@ -462,6 +462,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
     cc_global.dir_fd = dir_fd;
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
+    cc_global.crash_line = !config->no_crash_line;
     const char *step;
     int err = cc_open_session_file(&step);
     if (err != 0) {

@@ -22,6 +22,7 @@
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -302,12 +303,13 @@ static void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
 // recognised by its tid and jumps back to the stage it interrupted.
 static _Atomic pid_t cc_reporting_tid;
 static _Atomic int cc_report_written;
+static _Atomic int cc_report_named;  // 1: linked in the directory; 2: kept in the session file
 static sigjmp_buf cc_stage_jump;
 static volatile sig_atomic_t cc_stage_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
 
 static uintptr_t cc_frames[CC_MAX_FRAMES];
-static volatile int cc_frame_count;
+static volatile size_t cc_frame_count;
 static volatile int cc_used_libunwind;
 
 // Modules the loader gained after the last refresh, found through _r_debug at crash time.
@@ -377,7 +379,7 @@ static void cc_unwind(ucontext_t *uc) {
 // Walks a stack from a saved context into `frames`: libunwind when it was found at install,
 // else (or when it finds no caller) frame pointers. *count grows as frames are found, so a
 // fault part-way (caught by the stage guard) keeps the frames found before it.
-static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile int *count, volatile int *used_libunwind) {
+static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *count, volatile int *used_libunwind) {
     *count = 0;
     *used_libunwind = 0;
     if (cc_global.unw_init_local2 != NULL) {
@@ -389,7 +391,7 @@ static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile int 
                 if (cc_global.unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
                 frames[*count] = (uintptr_t)ip;
                 *count = *count + 1;
-            } while ((size_t)*count < max && cc_global.unw_step(&cursor) > 0);
+            } while (*count < max && cc_global.unw_step(&cursor) > 0);
             if (*count > 1) return;
         }
     }
@@ -399,7 +401,7 @@ static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile int 
     frames[0] = r.pc;
     *count = 1;
     uintptr_t fp = r.fp;
-    while ((size_t)*count < max && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
+    while (*count < max && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
         const uintptr_t *frame = (const uintptr_t *)fp;
         uintptr_t next = frame[0];
         uintptr_t ret = frame[1];
@@ -428,7 +430,7 @@ static void cc_unwind_other_threads(void) {
         volatile int used_libunwind = 0;
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;
-            cc_walk(&slot->context, slot->frames, CC_THREAD_FRAMES, (volatile int *)&slot->frame_count, &used_libunwind);
+            cc_walk(&slot->context, slot->frames, CC_THREAD_FRAMES, &slot->frame_count, &used_libunwind);
             cc_stage_armed = 0;
         } else {
             cc_stage_armed = 0;
@@ -757,7 +759,7 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
         cc_buf_append_str(b, ",\"captured\":true,\"registers\":");
         cc_append_registers(b, &slot->context);
         cc_buf_append_str(b, ",\"frames\":[");
-        for (int f = 0; f < slot->frame_count; f++) {
+        for (size_t f = 0; f < slot->frame_count; f++) {
             if (f > 0) cc_buf_append_str(b, ",");
             cc_buf_append_quoted_hex(b, slot->frames[f]);
         }
@@ -923,16 +925,64 @@ static bool cc_keep_in_session_file(const char *records, size_t len, uint64_t al
 
 // Gives the unnamed file its name once its records are durable, then makes the name durable.
 static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed) {
-    if (!cc_global.anonymous_file || fd != cc_global.fd) return;
-    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0) {
-        fsync(cc_global.dir_fd);
+    if (!cc_global.anonymous_file || fd != cc_global.fd) {
+        atomic_store(&cc_report_named, 1);  // named since install
         return;
     }
-    if (errno == ENOENT && cc_link_into_recreated_directory()) return;
-    cc_keep_in_session_file(records, len, allowed);
+    if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0) {
+        fsync(cc_global.dir_fd);
+        atomic_store(&cc_report_named, 1);
+        return;
+    }
+    if (errno == ENOENT && cc_link_into_recreated_directory()) {
+        atomic_store(&cc_report_named, 1);
+        return;
+    }
+    if (cc_keep_in_session_file(records, len, allowed)) atomic_store(&cc_report_named, 2);
 }
 
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
+
+// One line on stderr, so that a crash shows in the logs even when the capture directory is
+// lost. Written only if stderr takes it at once: a full pipe nobody drains must not hang us.
+static void cc_write_crash_line(const cc_crash *c) {
+    if (!cc_global.crash_line) return;
+    char line[1024];
+    cc_buf b = {line, 0, sizeof(line) - 1, false};
+    cc_buf_append_str(&b, "crashcapture: ");
+    cc_buf_append_str(&b, cc_signal_name(c->signo));
+    cc_buf_append_str(&b, " (");
+    cc_buf_append_str(&b, ccf_code_name(c->signo, c->info->si_code));
+    cc_buf_append_str(&b, ") at ");
+    cc_buf_append_hex(&b, (uintptr_t)c->info->si_addr);
+    cc_buf_append_str(&b, " in thread ");
+    cc_buf_append_i64(&b, c->tid);
+    cc_buf_append_str(&b, " \"");
+    size_t name_length = 0;
+    while (name_length < sizeof(cc_thread_name) && cc_thread_name[name_length] != '\0') name_length++;
+    cc_buf_append(&b, cc_thread_name, name_length);
+    cc_buf_append_str(&b, "\" at ");
+    if (cc_frame_count > 0) {
+        uintptr_t bias = 0;
+        long index = cc_find_module(c->map, cc_frames[0], &bias);
+        if (index >= 0) {
+            cc_append_module_name(&b, c, index);
+            cc_buf_append_str(&b, "+");
+            cc_buf_append_hex(&b, cc_frames[0] - bias);
+        } else {
+            cc_buf_append_hex(&b, cc_frames[0]);
+        }
+    } else {
+        cc_buf_append_str(&b, "?");
+    }
+    int named = atomic_load(&cc_report_named);
+    cc_buf_append_str(&b, named == 1 ? "; report " : named == 2 ? "; report kept in the session file for " : "; no report written");
+    if (named != 0) cc_buf_append_str(&b, cc_global.file_path);
+    cc_buf_append_str(&b, "\n");
+    if (b.overflow) line[b.len - 1] = '\n';
+    struct pollfd out = {.fd = STDERR_FILENO, .events = POLLOUT};
+    if (poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) (void)!write(STDERR_FILENO, line, b.len);
+}
 
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
     // Give back the descriptors kept at install: libunwind's pipe (and a named crash file, if
@@ -984,6 +1034,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     }
     cc_write_report(out, total, cap, entry_ns, allowed);
     if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
+    cc_write_crash_line(&c);
     // Before chaining: a handler we chain to may let the process go on.
     cc_threads_release();
 }

@@ -32,8 +32,12 @@ public enum CrashCapture: Sendable {
         public var distinctID: String?
         /// Added to every event of this process. Keys may not start with `$`.
         public var staticProperties: [String: PropertyValue]
-        /// Disk space reserved at install for the crash report; 0 for the default (256 KiB).
+        /// Disk space reserved at install for the crash report; 0 for the default (2 MiB + 80 KiB,
+        /// the largest report: every thread's stack and registers).
         public var reservedBytes: Int
+        /// One line on stderr at a crash (signal, thread, top frame, the report's path), so that
+        /// logs show the crash even when the capture directory is lost.
+        public var crashLineOnStderr: Bool
         /// Where events are sent. `CRASHCAPTURE_SERVER_URL` in the environment wins over this;
         /// with neither, events stay in the store.
         public var serverURL: URL?
@@ -56,8 +60,10 @@ public enum CrashCapture: Sendable {
             directory: String, appName: String, appVersion: String, distinctID: String? = nil,
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
-            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20
+            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20,
+            crashLineOnStderr: Bool = true
         ) {
+            self.crashLineOnStderr = crashLineOnStderr
             self.directory = directory
             self.appName = appName
             self.appVersion = appVersion
@@ -149,6 +155,7 @@ public enum CrashCapture: Sendable {
                             config.distinct_id = distinctID
                             config.prevalidated_properties_json = members
                             config.reserved_bytes = configuration.reservedBytes
+                            config.no_crash_line = configuration.crashLineOnStderr ? 0 : 1
                             return crashcapture_install_sdk(
                                 &config, configuration.journalBytes, configuration.trackLifecycle ? 1 : 0)
                         }
