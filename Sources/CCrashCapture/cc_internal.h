@@ -68,6 +68,11 @@ typedef struct cc_state {
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     bool crash_line;  // one line on stderr at a crash
+    bool record_arguments;  // the command line's arguments in the report, not only the program
+    long clock_ticks;  // sysconf(_SC_CLK_TCK), read at install
+    char container[32];  // "docker", "podman", "kubernetes", "container" or "none", found at install
+    char cgroup_limit_file[PATH_MAX];  // the memory cgroup's limit and usage files; "" outside one
+    char cgroup_usage_file[PATH_MAX];
     char directory[PATH_MAX];
     char app_name[256];
     char app_version[256];
@@ -176,6 +181,10 @@ int cc_threads_total_count(void);
 cc_thread_slot *cc_thread_slot_at(int index);
 bool cc_thread_captured(const cc_thread_slot *slot);
 void cc_threads_release(void);
+
+// signal_safe/process_state.c
+void cc_append_process_state(cc_buf *b, int thread_count);
+void cc_append_memory(cc_buf *b, uintptr_t sp, uintptr_t pc, uintptr_t fault, bool has_fault);
 
 // install/threads.c
 void cc_threads_enable(bool enabled);

@@ -36,6 +36,15 @@ public struct CrashReport: @unchecked Sendable {
         public let unwindFaulted: Bool
     }
 
+    /// Bytes read at the crash where they were readable: the top of the crashing thread's
+    /// stack, around the PC, around the fault address.
+    public struct MemoryRegion: Sendable, Equatable {
+        /// "stack", "pc" or "fault_address".
+        public let what: String
+        public let address: UInt64
+        public let bytes: [UInt8]
+    }
+
     public struct Timing: Sendable, Equatable {
         public let handlerNanoseconds: Int64
         public let writeNanoseconds: Int64
@@ -82,6 +91,12 @@ public struct CrashReport: @unchecked Sendable {
         modules = Self.decodeModules(details)
         threads = Self.decodeThreads(details, frames: frames, modules: modules)
         threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
+        memory = (details["memory"] as? [[String: Any]] ?? []).prefix(16).compactMap { region in
+            guard let what = region["what"] as? String, let address = Self.hex(region["address"]),
+                let text = region["base64"] as? String, let data = Data(base64Encoded: text)
+            else { return nil }
+            return MemoryRegion(what: what, address: address, bytes: Array(data.prefix(4096)))
+        }
         for (key, limit) in [
             ("frames", Self.maximumFrames), ("modules", Self.maximumModules), ("threads", Self.maximumThreads),
         ] {
@@ -121,6 +136,10 @@ public struct CrashReport: @unchecked Sendable {
     public private(set) var threads: [Thread] = []
     /// Threads the process had, including any past the ones listed.
     public private(set) var threadsTotal = 0
+    public private(set) var memory: [MemoryRegion] = []
+    /// The process at the crash: command line, memory, threads, uptime, descriptors, limits,
+    /// memory cgroup, container (as the crash path wrote it; empty in older reports).
+    public var process: [String: Any] { details["process"] as? [String: Any] ?? [:] }
 
     /// The crash path writes at most this many frames and modules; a file that claims more is not
     /// followed past them (each frame costs a symbol lookup at replay).

@@ -55,6 +55,8 @@ enum ReportRendering {
         let frames = report.frames
         lines += frameLines(frames, symbols: symbols, limit: limit, style: style, indent: "  ")
         lines += threadLines(report, symbolicator: symbolicator, limit: limit, style: style)
+        lines += processLines(report, style: style)
+        lines += memoryLines(report, style: style)
         let referenced = Set(report.threads.flatMap { $0.frames.compactMap(\.module) } + frames.compactMap(\.module))
         lines.append(style.bold("modules") + ":")
         for (index, module) in report.modules.enumerated() where referenced.contains(index) {
@@ -86,6 +88,56 @@ enum ReportRendering {
             lines.append(line)
         }
         if shown < frames.count { lines.append(style.dim(indent + "... \(frames.count - shown) more frames")) }
+        return lines
+    }
+
+    static func processLines(_ report: CrashReport, style: TextStyle) -> [String] {
+        let process = report.process
+        guard !process.isEmpty else { return [] }
+        var lines = [style.bold("process") + ":"]
+        if let command = process["command_line"] as? [String] {
+            let recorded = process["arguments_recorded"] as? Bool != false
+            lines.append(
+                "  command:     " + CaptureFile.printable(command.joined(separator: " "))
+                    + (recorded ? "" : style.dim("  (arguments not recorded)")))
+        }
+        func mebibytes(_ key: String) -> String {
+            (process[key] as? NSNumber).map { String(format: "%.1f MiB", $0.doubleValue / 1_048_576) } ?? "?"
+        }
+        lines.append("  memory:      rss \(mebibytes("rss_bytes")), peak \(mebibytes("peak_rss_bytes"))")
+        var counts = "  threads:     \(process["threads"] ?? "?")"
+        if let descriptors = process["open_descriptors"] { counts += "   open descriptors: \(descriptors)" }
+        if let uptime = (process["uptime_ms"] as? NSNumber)?.doubleValue {
+            counts += String(format: "   uptime: %.2f s", uptime / 1000)
+        }
+        lines.append(counts)
+        if let limits = process["limits"] as? [String: Any] {
+            lines.append(
+                "  limits:      "
+                    + ["stack", "core", "nofile", "as"].map { "\($0) \(limits[$0] ?? "?")" }.joined(separator: ", "))
+        }
+        if let cgroup = process["memory_cgroup"] as? [String: Any] {
+            lines.append("  cgroup:      limit \(cgroup["limit"] ?? "?"), usage \(cgroup["usage"] ?? "?") bytes")
+        }
+        if let container = process["container"] as? String { lines.append("  container:   \(container)") }
+        return lines
+    }
+
+    /// Each region as a hex dump: address, 16 bytes, their printable characters.
+    static func memoryLines(_ report: CrashReport, style: TextStyle) -> [String] {
+        guard !report.memory.isEmpty else { return [] }
+        var lines = [style.bold("memory") + ":"]
+        for region in report.memory {
+            lines.append("  \(region.what) (\(region.bytes.count) bytes):")
+            for start in stride(from: 0, to: region.bytes.count, by: 16) {
+                let row = region.bytes[start..<min(start + 16, region.bytes.count)]
+                let hex = row.map { String(format: "%02x", $0) }.joined(separator: " ")
+                let text = String(row.map { $0 >= 0x20 && $0 < 0x7f ? Character(UnicodeScalar($0)) : "." })
+                lines.append(
+                    String(format: "    %016llx  ", region.address + UInt64(start))
+                        + hex.padding(toLength: 48, withPad: " ", startingAt: 0) + " " + style.dim(text))
+            }
+        }
         return lines
     }
 
@@ -151,6 +203,13 @@ enum ReportRendering {
             return entry
         }
         object["threads_total"] = report.threadsTotal
+        object["process"] = report.process
+        object["memory"] = report.memory.map {
+            [
+                "what": $0.what, "address": "0x" + String($0.address, radix: 16),
+                "base64": Data($0.bytes).base64EncodedString(),
+            ]
+        }
         object["threads"] = report.threads.map { thread -> [String: Any] in
             var entry: [String: Any] = [
                 "tid": thread.tid, "name": thread.name, "state": thread.state, "crashed": thread.crashed,

@@ -56,6 +56,9 @@ typedef struct crashcapture_config {
     /// thread, top frame, the report's path) is written there, so that container logs show the
     /// crash even when the capture directory is lost.
     int no_crash_line;
+    /// Nonzero: the report's command line holds the program only, not its arguments (which may
+    /// carry secrets). The environment is never recorded.
+    int omit_arguments;
 } crashcapture_config;
 
 /// Installs the handlers. Returns 0, or -1 with crashcapture_last_error() set; a second

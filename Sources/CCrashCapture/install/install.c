@@ -309,6 +309,32 @@ static bool cc_is_ours(const struct sigaction *sa) {
 
 static void cc_install_thread_signal(void);
 
+// Whether we run in a container, and which kind, by the marks each runtime leaves.
+static void cc_detect_container(void) {
+    const char *kind = "none";
+    char text[4096];
+    if (getenv("KUBERNETES_SERVICE_HOST") != NULL) {
+        kind = "kubernetes";
+    } else if (access("/.dockerenv", F_OK) == 0) {
+        kind = "docker";
+    } else if (access("/run/.containerenv", F_OK) == 0) {
+        kind = "podman";
+    } else if (getenv("container") != NULL) {
+        kind = "container";  // systemd-nspawn, LXC and others set it for PID 1
+    } else {
+        int fd = open("/proc/1/cgroup", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+        if (fd >= 0) close(fd);
+        if (n > 0) {
+            text[n] = '\0';
+            if (strstr(text, "docker") != NULL) kind = "docker";
+            else if (strstr(text, "kubepods") != NULL) kind = "kubernetes";
+            else if (strstr(text, "containerd") != NULL || strstr(text, "lxc") != NULL) kind = "container";
+        }
+    }
+    snprintf(cc_global.container, sizeof(cc_global.container), "%s", kind);
+}
+
 static int cc_install_signal_handlers(void) {
     memset(&cc_global.ours, 0, sizeof(cc_global.ours));
     cc_global.ours.sa_sigaction = cc_signal_handler;
@@ -463,6 +489,9 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.dir_fd = dir_fd;
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
     cc_global.crash_line = !config->no_crash_line;
+    cc_global.record_arguments = !config->omit_arguments;
+    cc_global.clock_ticks = sysconf(_SC_CLK_TCK);
+    cc_detect_container();
     const char *step;
     int err = cc_open_session_file(&step);
     if (err != 0) {

@@ -170,6 +170,20 @@ static void cc_memory_cgroup_counter(char *out, size_t cap) {
         snprintf(out, cap, "/sys/fs/cgroup%s/memory.events", strcmp(v2_path, "/") == 0 ? "" : v2_path);
 }
 
+// The memory cgroup's limit and usage files, beside its OOM counter (v1: memory.oom_control,
+// v2: memory.events), for the report's process state.
+static void cc_memory_cgroup_files(const char *counter_file) {
+    cc_global.cgroup_limit_file[0] = cc_global.cgroup_usage_file[0] = '\0';
+    const char *slash = strrchr(counter_file, '/');
+    if (slash == NULL) return;
+    int dir_length = (int)(slash - counter_file);
+    bool v1 = strstr(slash, "oom_control") != NULL;
+    snprintf(cc_global.cgroup_limit_file, sizeof(cc_global.cgroup_limit_file), "%.*s/%s", dir_length, counter_file,
+             v1 ? "memory.limit_in_bytes" : "memory.max");
+    snprintf(cc_global.cgroup_usage_file, sizeof(cc_global.cgroup_usage_file), "%.*s/%s", dir_length, counter_file,
+             v1 ? "memory.usage_in_bytes" : "memory.current");
+}
+
 static uint64_t cc_oom_kills(const char *counter_file) {
     char text[4096];
     if (counter_file[0] == '\0' || cc_read_small_file(counter_file, text, sizeof(text)) == 0) return UINT64_MAX;
@@ -237,6 +251,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     char counter_file[PATH_MAX];
     cc_memory_cgroup_counter(counter_file, sizeof(counter_file));
     uint64_t oom_kills = cc_oom_kills(counter_file);
+    cc_memory_cgroup_files(counter_file);
     if (oom_kills == UINT64_MAX) counter_file[0] = '\0';  // not readable: nothing to compare with later
     // Install holds its lock around this, so one static buffer serves (only its used pages
     // are ever touched).

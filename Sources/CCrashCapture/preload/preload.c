@@ -22,6 +22,8 @@ __attribute__((constructor)) static void crashcapture_preload_install(void) {
     config.app_version = getenv("CRASHCAPTURE_APP_VERSION");
     const char *line = getenv("CRASHCAPTURE_CRASH_LINE");
     config.no_crash_line = line != NULL && strcmp(line, "0") == 0;
+    const char *arguments = getenv("CRASHCAPTURE_ARGUMENTS");
+    config.omit_arguments = arguments != NULL && strcmp(arguments, "0") == 0;
     if (crashcapture_install(&config) != 0) {
         // The program runs on, uncaptured; say so once, where its operator will look.
         const char *error = crashcapture_last_error();

@@ -38,6 +38,9 @@ public enum CrashCapture: Sendable {
         /// One line on stderr at a crash (signal, thread, top frame, the report's path), so that
         /// logs show the crash even when the capture directory is lost.
         public var crashLineOnStderr: Bool
+        /// The report's command line holds the program's arguments (false: the program alone,
+        /// for arguments that may carry secrets). The environment is never recorded.
+        public var recordArguments: Bool
         /// Where events are sent. `CRASHCAPTURE_SERVER_URL` in the environment wins over this;
         /// with neither, events stay in the store.
         public var serverURL: URL?
@@ -61,9 +64,10 @@ public enum CrashCapture: Sendable {
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
             eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20,
-            crashLineOnStderr: Bool = true
+            crashLineOnStderr: Bool = true, recordArguments: Bool = true
         ) {
             self.crashLineOnStderr = crashLineOnStderr
+            self.recordArguments = recordArguments
             self.directory = directory
             self.appName = appName
             self.appVersion = appVersion
@@ -156,6 +160,7 @@ public enum CrashCapture: Sendable {
                             config.prevalidated_properties_json = members
                             config.reserved_bytes = configuration.reservedBytes
                             config.no_crash_line = configuration.crashLineOnStderr ? 0 : 1
+                            config.omit_arguments = configuration.recordArguments ? 0 : 1
                             return crashcapture_install_sdk(
                                 &config, configuration.journalBytes, configuration.trackLifecycle ? 1 : 0)
                         }

@@ -1,0 +1,232 @@
+// The crashed process's state and the memory around the fault, for the report. The rules of
+// crash_path.c apply: signal-safe calls only, nothing allocated. Memory is read with
+// process_vm_readv on ourselves, which fails (EFAULT) instead of faulting on an unmapped page;
+// /proc files are read with one read(2) each into buffers of our own.
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+
+static char cc_proc_text[8192];
+
+static size_t cc_read_whole(const char *path, char *buf, size_t cap) {
+    int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t total = 0;
+    while (total + 1 < cap) {
+        ssize_t n = read(fd, buf + total, cap - 1 - total);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        total += (size_t)n;
+    }
+    close(fd);
+    buf[total] = '\0';
+    return total;
+}
+
+static uint64_t cc_parse_u64(const char *text, const char **end) {
+    uint64_t value = 0;
+    while (*text == ' ' || *text == '\t') text++;
+    while (*text >= '0' && *text <= '9') value = value * 10 + (uint64_t)(*text++ - '0');
+    if (end != NULL) *end = text;
+    return value;
+}
+
+// The number after `key` in a "Key:   value kB" file such as /proc/self/status; 0 if absent.
+static uint64_t cc_status_value(const char *text, size_t n, const char *key) {
+    size_t key_len = strlen(key);
+    for (size_t i = 0; i + key_len < n; i++) {
+        if ((i == 0 || text[i - 1] == '\n') && memcmp(text + i, key, key_len) == 0)
+            return cc_parse_u64(text + i + key_len, NULL);
+    }
+    return 0;
+}
+
+static void cc_append_member_u64(cc_buf *b, const char *key, uint64_t value) {
+    cc_buf_append_str(b, ",\"");
+    cc_buf_append_str(b, key);
+    cc_buf_append_str(b, "\":");
+    cc_buf_append_u64(b, value);
+}
+
+static void cc_append_limit(cc_buf *b, const char *key, int resource, bool first) {
+    struct rlimit limit;
+    cc_buf_append_str(b, first ? "\"" : ",\"");
+    cc_buf_append_str(b, key);
+    cc_buf_append_str(b, "\":");
+    if (getrlimit(resource, &limit) != 0) {
+        cc_buf_append_str(b, "null");
+    } else if (limit.rlim_cur == RLIM_INFINITY) {
+        cc_buf_append_str(b, "\"unlimited\"");
+    } else {
+        cc_buf_append_u64(b, (uint64_t)limit.rlim_cur);
+    }
+}
+
+static int cc_count_open_descriptors(void) {
+    int dir = openat(AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return -1;
+    static char entries[4096];
+    int count = 0;
+    for (;;) {
+        long n = syscall(SYS_getdents64, dir, entries, sizeof(entries));
+        if (n <= 0) break;
+        for (long at = 0; at < n;) {
+            unsigned short length;
+            memcpy(&length, entries + at + 16, sizeof(length));
+            if (entries[at + 19] != '.') count++;
+            at += length;
+        }
+    }
+    close(dir);
+    return count - 1;  // the descriptor that listed them
+}
+
+// argv from /proc/self/cmdline (NUL-separated), each a JSON string; the program alone when
+// the arguments are not to be recorded. The environment is never read.
+static void cc_append_command_line(cc_buf *b) {
+    static char cmdline[4096];
+    size_t n = cc_read_whole("/proc/self/cmdline", cmdline, sizeof(cmdline));
+    cc_buf_append_str(b, ",\"command_line\":[");
+    size_t start = 0;
+    bool first = true;
+    while (start < n) {
+        size_t end = start;
+        while (end < n && cmdline[end] != '\0') end++;
+        if (!first) cc_buf_append_str(b, ",");
+        cc_buf_append_json_string(b, cmdline + start, end - start + 1);
+        first = false;
+        if (!cc_global.record_arguments) break;
+        start = end + 1;
+    }
+    cc_buf_append_str(b, "]");
+    if (!cc_global.record_arguments) cc_buf_append_str(b, ",\"arguments_recorded\":false");
+}
+
+static void cc_append_memory_cgroup(cc_buf *b) {
+    if (cc_global.cgroup_limit_file[0] == '\0') return;
+    char text[64];
+    cc_buf_append_str(b, ",\"memory_cgroup\":{\"path\":");
+    cc_buf_append_json_string(b, cc_global.cgroup_limit_file, sizeof(cc_global.cgroup_limit_file));
+    size_t n = cc_read_whole(cc_global.cgroup_limit_file, text, sizeof(text));
+    cc_buf_append_str(b, ",\"limit\":");
+    if (n == 0) {
+        cc_buf_append_str(b, "null");
+    } else if (text[0] < '0' || text[0] > '9') {
+        cc_buf_append_str(b, "\"unlimited\"");  // v2 writes "max"
+    } else {
+        uint64_t limit = cc_parse_u64(text, NULL);
+        // v1 writes a huge page-rounded number for "no limit"
+        if (limit >= (1ULL << 62)) cc_buf_append_str(b, "\"unlimited\"");
+        else cc_buf_append_u64(b, limit);
+    }
+    n = cc_read_whole(cc_global.cgroup_usage_file, text, sizeof(text));
+    cc_buf_append_str(b, ",\"usage\":");
+    if (n == 0) cc_buf_append_str(b, "null");
+    else cc_buf_append_u64(b, cc_parse_u64(text, NULL));
+    cc_buf_append_str(b, "}");
+}
+
+// Seconds the process has run: the system's uptime less the process's start in clock ticks.
+static void cc_append_uptime(cc_buf *b) {
+    char text[128];
+    if (cc_read_whole("/proc/uptime", text, sizeof(text)) == 0 || cc_global.clock_ticks <= 0) return;
+    const char *end;
+    uint64_t seconds = cc_parse_u64(text, &end);
+    uint64_t hundredths = 0;
+    if (*end == '.') hundredths = cc_parse_u64(end + 1, NULL);
+    uint64_t now_ms = seconds * 1000 + hundredths * 10;
+    uint64_t start_ms = cc_global.start_ticks * 1000 / (uint64_t)cc_global.clock_ticks;
+    cc_append_member_u64(b, "uptime_ms", now_ms > start_ms ? now_ms - start_ms : 0);
+}
+
+void cc_append_process_state(cc_buf *b, int thread_count) {
+    cc_buf_append_str(b, ",\"process\":{\"pid\":");
+    cc_buf_append_i64(b, getpid());
+    cc_append_command_line(b);
+    size_t n = cc_read_whole("/proc/self/status", cc_proc_text, sizeof(cc_proc_text));
+    cc_append_member_u64(b, "rss_bytes", cc_status_value(cc_proc_text, n, "VmRSS:") * 1024);
+    cc_append_member_u64(b, "peak_rss_bytes", cc_status_value(cc_proc_text, n, "VmHWM:") * 1024);
+    cc_append_member_u64(b, "threads", (uint64_t)(thread_count > 0 ? thread_count : (int)cc_status_value(cc_proc_text, n, "Threads:")));
+    cc_append_uptime(b);
+    int descriptors = cc_count_open_descriptors();
+    if (descriptors >= 0) cc_append_member_u64(b, "open_descriptors", (uint64_t)descriptors);
+    cc_buf_append_str(b, ",\"limits\":{");
+    cc_append_limit(b, "stack", RLIMIT_STACK, true);
+    cc_append_limit(b, "core", RLIMIT_CORE, false);
+    cc_append_limit(b, "nofile", RLIMIT_NOFILE, false);
+    cc_append_limit(b, "as", RLIMIT_AS, false);
+    cc_buf_append_str(b, "}");
+    cc_append_memory_cgroup(b);
+    cc_buf_append_str(b, ",\"container\":");
+    cc_buf_append_json_string(b, cc_global.container, sizeof(cc_global.container));
+    cc_buf_append_str(b, "}");
+}
+
+// MARK: - Memory near the fault
+
+static const char cc_base64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void cc_append_base64(cc_buf *b, const unsigned char *data, size_t n) {
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t chunk = (uint32_t)data[i] << 16;
+        if (i + 1 < n) chunk |= (uint32_t)data[i + 1] << 8;
+        if (i + 2 < n) chunk |= data[i + 2];
+        char out[4] = {cc_base64_alphabet[(chunk >> 18) & 63], cc_base64_alphabet[(chunk >> 12) & 63],
+                       i + 1 < n ? cc_base64_alphabet[(chunk >> 6) & 63] : '=',
+                       i + 2 < n ? cc_base64_alphabet[chunk & 63] : '='};
+        cc_buf_append(b, out, 4);
+    }
+}
+
+// Reads [address, address + n) where readable, a page at a time; each readable run becomes
+// one entry. Nothing is touched directly: an unmapped page only fails the system call.
+static void cc_append_region(cc_buf *b, bool *first, const char *what, uintptr_t address, size_t n) {
+    static unsigned char bytes[4096];
+    if (n > sizeof(bytes)) n = sizeof(bytes);
+    const uintptr_t page = 4096;
+    size_t run_start = 0, run_length = 0;
+    for (size_t at = 0; at <= n; ) {
+        size_t chunk = 0;
+        bool readable = false;
+        if (at < n) {
+            uintptr_t here = address + at;
+            chunk = (size_t)(page - (here & (page - 1)));
+            if (chunk > n - at) chunk = n - at;
+            struct iovec local = {bytes + at, chunk};
+            struct iovec remote = {(void *)here, chunk};
+            readable = syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)chunk;
+        }
+        if (readable) {
+            if (run_length == 0) run_start = at;
+            run_length += chunk;
+        } else if (run_length > 0) {
+            cc_buf_append_str(b, *first ? "{\"what\":\"" : ",{\"what\":\"");
+            *first = false;
+            cc_buf_append_str(b, what);
+            cc_buf_append_str(b, "\",\"address\":\"");
+            cc_buf_append_hex(b, address + run_start);
+            cc_buf_append_str(b, "\",\"base64\":\"");
+            cc_append_base64(b, bytes + run_start, run_length);
+            cc_buf_append_str(b, "\"}");
+            run_length = 0;
+        }
+        if (at == n) break;
+        at += chunk;
+    }
+}
+
+void cc_append_memory(cc_buf *b, uintptr_t sp, uintptr_t pc, uintptr_t fault, bool has_fault) {
+    bool first = true;
+    cc_buf_append_str(b, ",\"memory\":[");
+    cc_append_region(b, &first, "stack", sp, 2048);
+    cc_append_region(b, &first, "pc", pc >= 128 ? pc - 128 : 0, 256);
+    if (has_fault && fault >= 4096) cc_append_region(b, &first, "fault_address", fault - 128, 256);
+    cc_buf_append_str(b, "]");
+}

@@ -1,0 +1,73 @@
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The process as it was at the crash, and the memory around the fault, in the report.
+@Suite struct ProcessStateTests {
+    @Test func theReportHoldsTheProcessAndTheMemoryNearTheFault() throws {
+        let directory = makeTemporaryDirectory("process-state")
+        let crashed = try run(
+            Paths.cSample, ["write-readonly", "--context", "main"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(crashed.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let process = report.process
+        #expect(process["command_line"] as? [String] == [Paths.cSample, "write-readonly", "--context", "main"])
+        #expect((process["rss_bytes"] as? NSNumber)?.intValue ?? 0 > 1 << 20)
+        #expect(
+            (process["peak_rss_bytes"] as? NSNumber)?.intValue ?? 0 >= (process["rss_bytes"] as? NSNumber)?.intValue
+                ?? 0)
+        #expect((process["threads"] as? NSNumber)?.intValue == 1)
+        #expect((process["open_descriptors"] as? NSNumber)?.intValue ?? 0 >= 3)
+        #expect(process["uptime_ms"] is NSNumber)
+        let limits = try #require(process["limits"] as? [String: Any])
+        #expect(Set(limits.keys) == ["stack", "core", "nofile", "as"])
+        var nofile = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &nofile)
+        #expect((limits["nofile"] as? NSNumber)?.uint64Value == UInt64(nofile.rlim_cur), "the child inherits ours")
+        #expect(
+            ["docker", "podman", "kubernetes", "container", "none"].contains(process["container"] as? String ?? ""))
+
+        let registers = try #require(report.crashed?["crash"] as? [String: Any])["registers"] as? [String: String]
+        let sp = try #require(registers?["sp"].flatMap { UInt64($0.dropFirst(2), radix: 16) })
+        let pc = try #require(registers?["pc"].flatMap { UInt64($0.dropFirst(2), radix: 16) })
+        let stack = try #require(report.memory.first { $0.what == "stack" })
+        #expect(stack.address == sp && stack.bytes.count == 2048)
+        let code = try #require(report.memory.first { $0.what == "pc" })
+        #expect(code.address == pc - 128 && code.bytes.count == 256)
+        // The faulting store's page: readable (PROT_READ), zero-filled; the address is its start.
+        let fault = try #require(
+            UInt64((report.properties["crash_fault_address"] as? String ?? "").dropFirst(2), radix: 16))
+        let around = try #require(
+            report.memory.first { $0.what == "fault_address" && $0.address + UInt64($0.bytes.count) > fault })
+        let offset = Int(fault - around.address)
+        #expect(around.bytes[offset..<min(offset + 64, around.bytes.count)].allSatisfy { $0 == 0 })
+
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"])
+        #expect(
+            show.stdout.contains("process:") && show.stdout.contains("command:     \(Paths.cSample) write-readonly"))
+        #expect(show.stdout.contains("memory:") && show.stdout.contains("fault_address (256 bytes):"))
+    }
+
+    @Test func argumentsCanBeLeftOut() throws {
+        let directory = makeTemporaryDirectory("process-no-arguments")
+        let crashed = try run(
+            "/usr/bin/python3", ["-c", "import ctypes; ctypes.string_at(0)  # secret-token"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_ARGUMENTS": "0",
+            ])
+        #expect(crashed.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect((report.process["command_line"] as? [String])?.count == 1)
+        #expect(report.process["arguments_recorded"] as? Bool == false)
+        let raw = try String(
+            decoding: Data(contentsOf: URL(fileURLWithPath: try #require(crashFiles(in: directory).first))),
+            as: UTF8.self)
+        #expect(!raw.contains("secret-token"))
+    }
+}
