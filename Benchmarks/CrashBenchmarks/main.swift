@@ -125,7 +125,40 @@ func crashBenchmarks(runs: Int) throws {
     )
     print("\nfdatasync share of the median: \(format(100 * f.median / h.median, 1)) %\n")
 
-    // 3. Whole-process cost: spawn to death, with and without capture, and the Swift runtime's own.
+    // 3. Every thread: the handler with 1, 16, 64 and 256 threads (the others parked in
+    // nanosleep), what the other threads took of it, and the crash file's size.
+    print("## Handler time by thread count (\(runs) crashes each, ms)\n")
+    print("| threads | median | p90 | other threads' share of the median | crash file (KiB) |")
+    print("|---|---|---|---|---|")
+    for threads in [1, 16, 64, 256] {
+        var totals: [Double] = []
+        var others: [Double] = []
+        var sizes: [Double] = []
+        let directory = temporaryDirectory()
+        for _ in 0..<runs {
+            _ = try timedRun(
+                sample, ["parked-threads"],
+                ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_THREADS": "\(threads)"])
+            for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasSuffix(".ccr") {
+                let contents = try CrashFileReader.read(path: directory + "/" + file)
+                let report = CrashReport(path: file, contents: contents)
+                if let timing = report.timing {
+                    totals.append(Double(timing.handlerNanoseconds) / 1e6)
+                    others.append(Double(timing.otherThreadsNanoseconds) / 1e6)
+                }
+                sizes.append(Double(contents.records.reduce(0) { $0 + 16 + $1.payload.count }) / 1024)
+                try FileManager.default.removeItem(atPath: directory + "/" + file)
+            }
+        }
+        let t = Statistics(totals)
+        let o = Statistics(others)
+        print(
+            "| \(threads) | \(format(t.median)) | \(format(t.percentile(0.9))) | \(format(100 * o.median / t.median, 0)) % | \(format(Statistics(sizes).median, 1)) |"
+        )
+    }
+    print("")
+
+    // 4. Whole-process cost: spawn to death, with and without capture, and the Swift runtime's own.
     let variants: [(String, [String: String], Bool)] = [
         ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
         ("CrashCapture", ["SWIFT_BACKTRACE": "enable=no"], true),
@@ -156,6 +189,37 @@ func crashBenchmarks(runs: Int) throws {
     print(
         "\nCrashCapture / no handler: \(format(ours / none, 2))x; CrashCapture / Swift backtracer: \(format(ours / swift, 2))x\n"
     )
+
+    // 5. The same with 16 threads, beside the Swift backtracer showing every thread.
+    let threaded: [(String, [String: String], Bool)] = [
+        ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
+        ("CrashCapture (every thread)", ["SWIFT_BACKTRACE": "enable=no"], true),
+        ("Swift runtime backtracer, threads=all", ["SWIFT_BACKTRACE": "enable=yes,interactive=no,threads=all"], false),
+    ]
+    var threadedMedians: [Double] = []
+    print("## Whole-process cost of a crash with 16 threads (\(runs) runs each, ms from spawn to death)\n")
+    print("| variant | median | p90 | died of |")
+    print("|---|---|---|---|")
+    for (name, environment, capture) in threaded {
+        var times: [Double] = []
+        var signals = Set<Int32>()
+        let directory = temporaryDirectory()
+        for _ in 0..<runs {
+            var env = environment
+            env["CRASH_SAMPLE_THREADS"] = "16"
+            if capture { env["CRASHCAPTURE_DIR"] = directory }
+            let (ms, signal) = try timedRun(sample, ["parked-threads"], env)
+            times.append(ms)
+            signals.insert(signal ?? 0)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+        let stats = Statistics(times)
+        threadedMedians.append(stats.median)
+        print("| \(name) | \(format(stats.median, 2)) | \(format(stats.percentile(0.9), 2)) | \(signals.sorted()) |")
+    }
+    print(
+        "\nCrashCapture / no handler: \(format(threadedMedians[1] / threadedMedians[0], 2))x; "
+            + "CrashCapture / Swift backtracer (threads=all): \(format(threadedMedians[1] / threadedMedians[2], 2))x\n")
 
 }
 

@@ -321,6 +321,15 @@ NOINLINE void sample_thread_blocks_signals(void) {
     sample_null_read();
 }
 
+// CRASH_SAMPLE_THREADS threads in all (default 16), the others parked: for the benchmark.
+NOINLINE void sample_parked_threads(void) {
+    const char *wanted = getenv("CRASH_SAMPLE_THREADS");
+    int threads = wanted != NULL ? atoi(wanted) : 16;
+    for (int i = 1; i < threads; i++) sample_start(sample_park_in_nanosleep);
+    sample_wait_for_parked(threads - 1);
+    sample_null_read();
+}
+
 NOINLINE void sample_threads_256(void) {
     for (int i = 0; i < 256; i++) sample_start(sample_park_in_nanosleep);
     sample_wait_for_parked(256);
@@ -534,6 +543,7 @@ static const sample_kind sample_kinds[] = {
     {"threads-parked", sample_threads_parked},
     {"thread-blocks-signals", sample_thread_blocks_signals},
     {"threads-256", sample_threads_256},
+    {"parked-threads", sample_parked_threads},
     {"threads-churning", sample_threads_churning},
     {"malloc-other-thread", sample_crash_while_other_mallocs},
     {"fill-disk-then-segv", sample_fill_disk_then_segv},

@@ -51,6 +51,8 @@ public struct CrashReport: @unchecked Sendable {
         public let fdatasyncNanoseconds: Int64
         public let publishNanoseconds: Int64
         public let fdatasyncSucceeded: Bool
+        /// Of the handler's time, what the other threads took (listing, asking, unwinding).
+        public let otherThreadsNanoseconds: Int64
     }
 
     public let path: String
@@ -80,7 +82,8 @@ public struct CrashReport: @unchecked Sendable {
                     writeNanoseconds: Self.int64(json["write_ns"]),
                     fdatasyncNanoseconds: Self.int64(json["fdatasync_ns"]),
                     publishNanoseconds: Self.int64(json["publish_ns"]),
-                    fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false)
+                    fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false,
+                    otherThreadsNanoseconds: Self.int64(json["threads_ns"]))
             }
         }
         self.session = session

@@ -303,7 +303,9 @@ static void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
 // recognised by its tid and jumps back to the stage it interrupted.
 static _Atomic pid_t cc_reporting_tid;
 static _Atomic int cc_report_written;
-static _Atomic int cc_report_named;  // 1: linked in the directory; 2: kept in the session file
+static _Atomic int cc_report_named;
+static int64_t cc_other_threads_ns;  // listing, asking, waiting for and unwinding the other threads
+static int64_t cc_threads_asked_ns;  // of which listing, asking and waiting for them  // 1: linked in the directory; 2: kept in the session file
 static sigjmp_buf cc_stage_jump;
 static volatile sig_atomic_t cc_stage_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
@@ -527,7 +529,12 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
             case CC_STAGE_UNWIND: cc_unwind(uc); break;
             case CC_STAGE_LATE_MODULES: cc_scan_late_modules(map); break;
             case CC_STAGE_TEXTS: cc_gather_texts(); break;
-            case CC_STAGE_THREADS: cc_unwind_other_threads(); break;
+            case CC_STAGE_THREADS: {
+                int64_t start = cc_monotonic_ns();
+                cc_unwind_other_threads();
+                cc_other_threads_ns += cc_monotonic_ns() - start;
+                break;
+            }
             }
             cc_stage_armed = 0;
         } else {
@@ -879,6 +886,12 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     cc_buf_append_i64(&b, publish_ns);
     cc_buf_append_str(&b, ",\"fdatasync_ok\":");
     cc_buf_append_str(&b, sync_ok ? "true" : "false");
+    cc_buf_append_str(&b, ",\"threads_ns\":");
+    cc_buf_append_i64(&b, cc_other_threads_ns);
+    cc_buf_append_str(&b, ",\"threads_asked_ns\":");
+    cc_buf_append_i64(&b, cc_threads_asked_ns);
+    cc_buf_append_str(&b, ",\"threads\":");
+    cc_buf_append_i64(&b, cc_threads_total_count());
     cc_buf_append_str(&b, "}");
     return b.overflow ? 0 : b.len;
 }
@@ -1007,7 +1020,9 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         .entry_ns = entry_ns,
     };
     // The other threads first, so the report shows them as they were when the crash came.
-    cc_threads_capture(c.tid, cc_monotonic_ns() + CC_THREAD_ANSWER_NS);
+    int64_t asked = cc_monotonic_ns();
+    cc_threads_capture(c.tid, asked + CC_THREAD_ANSWER_NS);
+    cc_other_threads_ns = cc_threads_asked_ns = cc_monotonic_ns() - asked;
     c.faulted_stages = cc_run_stages(uc, c.map);
 
     char *out = cc_record;

@@ -26,7 +26,8 @@ static cc_thread_slot cc_slots[CC_MAX_THREADS];
 static int cc_slot_count;
 static int cc_threads_total;      // every thread /proc/self/task listed, the crashing one included
 static _Atomic int cc_capture_open;  // the capture handler answers only while this is set
-static _Atomic uint32_t cc_release_word;  // futex word: 1 once the captured threads may go on
+static _Atomic uint32_t cc_release_word;
+static int cc_task_dir = -1;  // /proc/self/task while the threads are described  // futex word: 1 once the captured threads may go on
 
 #define CC_WAITING_CRASHERS 64
 
@@ -78,9 +79,11 @@ void cc_thread_capture_handler(int signo, siginfo_t *info, void *context) {
     errno = saved_errno;
 }
 
-// Reads a small file of /proc into buf (NUL-terminated); the length read, or 0.
-static size_t cc_read_proc(const char *path, char *buf, size_t cap) {
-    int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+// Reads a small file of /proc into buf (NUL-terminated); the length read, or 0. `dir`: the
+// descriptor `path` is relative to (a relative lookup in /proc/self/task costs a third less
+// than the whole path, which counts with hundreds of threads).
+static size_t cc_read_proc(int dir, const char *path, char *buf, size_t cap) {
+    int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     ssize_t n = read(fd, buf, cap - 1);
     close(fd);
@@ -91,36 +94,37 @@ static size_t cc_read_proc(const char *path, char *buf, size_t cap) {
 
 static void cc_task_path(char *out, size_t cap, pid_t tid, const char *leaf) {
     cc_buf b = {out, 0, cap - 1, false};
-    cc_buf_append_str(&b, "/proc/self/task/");
     cc_buf_append_u64(&b, (uint64_t)tid);
     cc_buf_append_str(&b, "/");
     cc_buf_append_str(&b, leaf);
     out[b.len] = '\0';
 }
 
-// Name from comm, run state from stat (the character after the command's closing parenthesis).
-static void cc_describe_thread(cc_thread_slot *slot) {
+// Name and run state from one read of stat: "tid (name) S ...". The name may itself hold
+// parentheses, so the last ')' ends it.
+static void cc_describe_thread(int task_dir, cc_thread_slot *slot) {
     char path[64], text[512];
-    cc_task_path(path, sizeof(path), slot->tid, "comm");
-    size_t n = cc_read_proc(path, text, sizeof(slot->name));
-    if (n > 0 && text[n - 1] == '\n') text[--n] = '\0';
-    memcpy(slot->name, text, n + 1);
+    slot->name[0] = '\0';
     slot->run_state = '?';
     cc_task_path(path, sizeof(path), slot->tid, "stat");
-    n = cc_read_proc(path, text, sizeof(text));
-    for (size_t i = n; i > 0; i--) {
-        if (text[i - 1] == ')' && i + 1 < n) {
-            slot->run_state = text[i + 1];
-            break;
-        }
+    size_t n = cc_read_proc(task_dir, path, text, sizeof(text));
+    size_t open = 0, close = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '(' && open == 0) open = i + 1;
+        if (text[i] == ')') close = i;
     }
+    if (open == 0 || close < open) return;
+    size_t length = close - open < sizeof(slot->name) - 1 ? close - open : sizeof(slot->name) - 1;
+    memcpy(slot->name, text + open, length);
+    slot->name[length] = '\0';
+    if (close + 2 < n) slot->run_state = text[close + 2];
 }
 
 // Whether the thread blocks our signal (SigBlk in its status, a hex mask).
 static bool cc_blocks_signal(pid_t tid, int signo) {
     char path[64], text[2048];
     cc_task_path(path, sizeof(path), tid, "status");
-    size_t n = cc_read_proc(path, text, sizeof(text));
+    size_t n = cc_read_proc(cc_task_dir, path, text, sizeof(text));
     const char *key = "SigBlk:";
     for (size_t i = 0; i + 7 < n; i++) {
         if (memcmp(text + i, key, 7) != 0) continue;
@@ -183,19 +187,24 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
             atomic_store(&slot->state, CC_SLOT_ASKED);
         }
     }
-    close(dir);
-    for (int i = 0; i < cc_slot_count; i++) cc_describe_thread(&cc_slots[i]);
+    cc_task_dir = dir;  // kept for the threads that do not answer
     if (signo <= 0) {
         for (int i = 0; i < cc_slot_count; i++) {
+            cc_describe_thread(dir, &cc_slots[i]);
             atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
             cc_slots[i].why = "no signal was free to ask threads with";
         }
+        close(dir);
+        cc_task_dir = -1;
         return cc_slot_count;
     }
     atomic_store(&cc_release_word, 0);
     atomic_store(&cc_capture_open, 1);
     pid_t pid = getpid();
+    // Each thread is described (its state as the crash found it) and then asked at once, so
+    // that it wakes and answers on another core while the next one is described.
     for (int i = 0; i < cc_slot_count; i++) {
+        cc_describe_thread(dir, &cc_slots[i]);
         if (syscall(SYS_tgkill, pid, cc_slots[i].tid, signo) != 0) {
             atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
             cc_slots[i].why = "exited";
@@ -213,6 +222,8 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
         if (atomic_compare_exchange_strong(&cc_slots[i].state, &asked, CC_SLOT_MISSED))
             cc_slots[i].why = cc_why_missed(&cc_slots[i], signo);
     }
+    close(cc_task_dir);
+    cc_task_dir = -1;
     return cc_slot_count;
 }
 
