@@ -120,6 +120,7 @@ typedef struct cc_state {
     void *(*set_terminate)(void (*)(void));
     void *(*cxa_current_exception_type)(void);
     _Atomic(const char *) exception_type_name;
+    _Atomic(const char *) exception_what;  // what() of an uncaught std::exception
 
     cc_module_map *_Atomic module_map;
     cc_module_map *module_maps[2];
@@ -128,6 +129,7 @@ typedef struct cc_state {
 extern cc_state cc_global;
 
 // signal_safe/crash_path.c: the async-signal-safe part. Also used at install for shared formatting.
+// (cc_terminate_handler is in install/exception_message.c: it runs before abort, not in a handler.)
 void cc_signal_handler(int signo, siginfo_t *info, void *context);
 void cc_terminate_handler(void);
 void cc_buf_append(cc_buf *b, const char *s, size_t n);
@@ -185,6 +187,10 @@ void cc_threads_release(void);
 // signal_safe/process_state.c
 void cc_append_process_state(cc_buf *b, int thread_count);
 void cc_append_memory(cc_buf *b, uintptr_t sp, uintptr_t pc, uintptr_t fault, bool has_fault);
+
+// install/exception_message.c: an uncaught std::exception's what(), in the terminate handler.
+void cc_exception_message_prepare(void);
+void cc_exception_message_capture(const void *thrown_type);
 
 // install/threads.c
 void cc_threads_enable(bool enabled);

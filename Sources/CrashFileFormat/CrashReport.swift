@@ -129,6 +129,8 @@ public struct CrashReport: @unchecked Sendable {
     public var codeName: String? { properties["crash_code_name"] as? String }
     public var swiftMessage: String? { properties["crash_swift_message"] as? String }
     public var exceptionType: String? { properties["crash_exception_type"] as? String }
+    /// what() of an uncaught std::exception.
+    public var exceptionWhat: String? { properties["crash_exception_what"] as? String }
     public var reason: String? { properties["app_crashed_reason"] as? String }
     public var handlerFaults: [String] { properties["crash_handler_faults"] as? [String] ?? [] }
 

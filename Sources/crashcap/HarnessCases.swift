@@ -22,6 +22,8 @@ struct HarnessCase: Sendable {
         var messageInRelease = false
         /// A substring of the C++ exception's (mangled) type name.
         var exception: String? = nil
+        /// The what() of an uncaught std::exception.
+        var exceptionWhat: String? = nil
         /// A substring of a function name among the first `topFrames` frames.
         var frame: String? = nil
         /// A substring of the module path of one of the first `topFrames` frames.
@@ -160,14 +162,16 @@ enum HarnessMatrix {
             c(
                 "cxx-runtime-error",
                 .init(
-                    signal: SIGABRT, exception: "St13runtime_error", frame: "sample_throw_runtime_error",
-                    topFrames: 14, stderr: "what():  sample runtime_error")),
+                    signal: SIGABRT, exception: "St13runtime_error", exceptionWhat: "sample runtime_error",
+                    frame: "sample_throw_runtime_error", topFrames: 14, stderr: "what():  sample runtime_error")),
             c(
                 "cxx-non-std",
                 .init(signal: SIGABRT, exception: "NotAnException", frame: "sample_throw_non_std", topFrames: 14)),
             c(
                 "cxx-noexcept",
-                .init(signal: SIGABRT, exception: "St11logic_error", frame: "throwing_inside_noexcept", topFrames: 14)),
+                .init(
+                    signal: SIGABRT, exception: "St11logic_error", exceptionWhat: "thrown from noexcept",
+                    frame: "throwing_inside_noexcept", topFrames: 14)),
             c("raise-segv", .init(signal: SIGSEGV, code: "SI_TKILL", frame: "sample_raise_segv")),
             c(
                 "sigqueue-segv",

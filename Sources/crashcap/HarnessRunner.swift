@@ -296,6 +296,10 @@ struct HarnessRunner {
         if let exception = expect.exception, report.exceptionType?.contains(exception) != true {
             problems.append("exception type \(report.exceptionType ?? "none"), expected \(exception)")
         }
+        if report.exceptionWhat != expect.exceptionWhat {
+            problems.append(
+                "exception what() \(report.exceptionWhat ?? "none"), expected \(expect.exceptionWhat ?? "none")")
+        }
         if report.handlerFaults != expect.handlerFaults {
             problems.append("handler faults \(report.handlerFaults), expected \(expect.handlerFaults)")
         }

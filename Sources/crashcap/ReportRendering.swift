@@ -40,7 +40,10 @@ enum ReportRendering {
         if let message = report.swiftMessage, !message.isEmpty {
             lines.append("\(style.bold("message")):  \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
-        if let type = report.exceptionType { lines.append("\(style.bold("exception")): \(type)") }
+        if let type = report.exceptionType {
+            let what = report.exceptionWhat.map { ": " + CaptureFile.printable($0) } ?? ""
+            lines.append("\(style.bold("exception")): \(type)\(what)")
+        }
         if !report.handlerFaults.isEmpty {
             lines.append(style.red("handler faulted in: \(report.handlerFaults.joined(separator: ", "))"))
         }

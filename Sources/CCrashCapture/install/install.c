@@ -291,8 +291,10 @@ static void cc_hook_runtimes(void) {
 
     cc_global.set_terminate = (void *(*)(void (*)(void)))dlsym(RTLD_DEFAULT, "_ZSt13set_terminatePFvvE");
     cc_global.cxa_current_exception_type = (void *(*)(void))dlsym(RTLD_DEFAULT, "__cxa_current_exception_type");
-    if (cc_global.set_terminate != NULL)
+    if (cc_global.set_terminate != NULL) {
+        cc_exception_message_prepare();
         cc_global.previous_terminate = (void (*)(void))cc_global.set_terminate(cc_terminate_handler);
+    }
 }
 
 static void cc_unhook_runtimes(void) {

@@ -5,8 +5,8 @@
 // folder against an allowlist, so a slip fails CI:
 //   - no malloc/free/realloc, no stdio, no printf-family formatting (we format by hand);
 //   - no locks, no pthread_mutex, no dladdr/dlsym/dl_iterate_phdr, no uuid_generate;
-//   - no Swift and no C++ runtime calls, apart from __cxa_current_exception_type, which
-//     the terminate handler calls before abort() (it only reads thread-local state);
+//   - no Swift and no C++ runtime calls (the C++ terminate handler, which runs before abort()
+//     and outside any signal handler, is in install/exception_message.c);
 //   - every buffer, file descriptor and byte of reserved disk is prepared at install
 //     (install.c); here we only read that state and the few atomics below;
 //   - the libunwind functions are reached through pointers taken at install, so the
@@ -327,6 +327,7 @@ static volatile size_t cc_late_module_count;
 static char cc_thread_name[32];
 static char cc_swift_message[4096];
 static char cc_exception_type[512];
+static char cc_exception_what[1024];
 static char cc_record[CC_RECORD_CAPACITY];
 
 void crashcapture_test_fault_in_handler(int enabled) { cc_fault_on_purpose = enabled ? 1 : 0; }
@@ -514,6 +515,8 @@ static void cc_gather_texts(void) {
     if (cc_global.swift_fatal_message != NULL)
         message = atomic_load_explicit(cc_global.swift_fatal_message, memory_order_acquire);
     cc_copy_text(cc_swift_message, sizeof(cc_swift_message), message);
+    cc_copy_text(cc_exception_what, sizeof(cc_exception_what),
+                 atomic_load_explicit(&cc_global.exception_what, memory_order_acquire));
     cc_copy_text(cc_exception_type, sizeof(cc_exception_type),
                  atomic_load_explicit(&cc_global.exception_type_name, memory_order_acquire));
 }
@@ -521,7 +524,7 @@ static void cc_gather_texts(void) {
 static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
     // volatile: both live across siglongjmp back into this frame.
     volatile unsigned faulted = 0;
-    cc_thread_name[0] = cc_swift_message[0] = cc_exception_type[0] = '\0';
+    cc_thread_name[0] = cc_swift_message[0] = cc_exception_type[0] = cc_exception_what[0] = '\0';
     for (volatile int stage = 0; stage < CC_STAGE_COUNT; stage++) {
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;
@@ -655,6 +658,10 @@ static void cc_append_reason(cc_buf *b, const cc_crash *c) {
     if (cc_exception_type[0] != '\0') {
         cc_buf_append_str(b, "\\nuncaught C++ exception of type ");
         cc_buf_append_json_escaped(b, cc_exception_type, 256);
+        if (cc_exception_what[0] != '\0') {
+            cc_buf_append_str(b, ": ");
+            cc_buf_append_json_escaped(b, cc_exception_what, 1024);
+        }
     }
     for (size_t i = 0; i < cc_frame_count && i < 32 && b->len - start < 12 * 1024; i++) {
         uintptr_t bias = 0;
@@ -706,6 +713,10 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
     if (cc_exception_type[0] != '\0') {
         cc_buf_append_str(b, ",\"crash_exception_type\":");
         cc_buf_append_json_string(b, cc_exception_type, sizeof(cc_exception_type));
+    }
+    if (cc_exception_what[0] != '\0') {
+        cc_buf_append_str(b, ",\"crash_exception_what\":");
+        cc_buf_append_json_string(b, cc_exception_what, sizeof(cc_exception_what));
     }
     cc_buf_append_str(b, ",\"crash_unwinder\":\"");
     cc_buf_append_str(b, cc_used_libunwind ? "libunwind" : "frame-pointer");
@@ -971,8 +982,11 @@ static void cc_write_crash_line(const cc_crash *c) {
     cc_buf_append_str(&b, cc_signal_name(c->signo));
     cc_buf_append_str(&b, " (");
     cc_buf_append_str(&b, ccf_code_name(c->signo, c->info->si_code));
-    cc_buf_append_str(&b, ") at ");
-    cc_buf_append_hex(&b, (uintptr_t)c->info->si_addr);
+    cc_buf_append_str(&b, ")");
+    if (c->info->si_code > 0) {  // sent signals carry the sender, not an address
+        cc_buf_append_str(&b, " at ");
+        cc_buf_append_hex(&b, (uintptr_t)c->info->si_addr);
+    }
     cc_buf_append_str(&b, " in thread ");
     cc_buf_append_i64(&b, c->tid);
     cc_buf_append_str(&b, " \"");
@@ -1196,18 +1210,4 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
         cc_chain(signo, info, context);
     }
     errno = saved_errno;
-}
-
-void cc_terminate_handler(void) {
-    if (cc_global.cxa_current_exception_type != NULL) {
-        // std::type_info is { vtable, const char *name }; '*' marks a type local to a unit.
-        const char *const *type_info = cc_global.cxa_current_exception_type();
-        if (type_info != NULL && type_info[1] != NULL) {
-            const char *name = type_info[1];
-            if (name[0] == '*') name++;
-            atomic_store_explicit(&cc_global.exception_type_name, name, memory_order_release);
-        }
-    }
-    if (cc_global.previous_terminate != NULL) cc_global.previous_terminate();
-    abort();
 }
