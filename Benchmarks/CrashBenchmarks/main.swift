@@ -159,16 +159,44 @@ func crashBenchmarks(runs: Int) throws {
     print("")
 
     // 4. Whole-process cost: spawn to death, with and without capture, and the Swift runtime's own.
-    let variants: [(String, [String: String], Bool)] = [
-        ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
-        ("CrashCapture", ["SWIFT_BACKTRACE": "enable=no"], true),
-        ("Swift runtime backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], false),
-        ("CrashCapture + Swift backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], true),
-    ]
-    var medians: [String: Double] = [:]
     print("## Whole-process cost of a crash (\(runs) runs each, ms from spawn to death)\n")
+    let medians = try wholeProcessCost(
+        sample, kind, runs: runs,
+        variants: [
+            ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
+            ("CrashCapture", ["SWIFT_BACKTRACE": "enable=no"], true),
+            ("Swift runtime backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], false),
+            ("CrashCapture + Swift backtracer", ["SWIFT_BACKTRACE": "enable=yes,interactive=no"], true),
+        ])
+    print(
+        "\nCrashCapture / no handler: \(format(medians[1] / medians[0], 2))x; CrashCapture / Swift backtracer: \(format(medians[1] / medians[2], 2))x\n"
+    )
+
+    // 5. The same with 16 threads, beside the Swift backtracer showing every thread.
+    print("## Whole-process cost of a crash with 16 threads (\(runs) runs each, ms from spawn to death)\n")
+    let threaded = try wholeProcessCost(
+        sample, ["parked-threads"], runs: runs,
+        variants: [
+            ("no handler", ["SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_THREADS": "16"], false),
+            ("CrashCapture (every thread)", ["SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_THREADS": "16"], true),
+            (
+                "Swift runtime backtracer, threads=all",
+                ["SWIFT_BACKTRACE": "enable=yes,interactive=no,threads=all", "CRASH_SAMPLE_THREADS": "16"], false
+            ),
+        ])
+    print(
+        "\nCrashCapture / no handler: \(format(threaded[1] / threaded[0], 2))x; "
+            + "CrashCapture / Swift backtracer (threads=all): \(format(threaded[1] / threaded[2], 2))x\n")
+
+}
+
+/// Spawn to death for each variant (name, environment, captured), as a table; the medians in order.
+func wholeProcessCost(
+    _ sample: String, _ arguments: [String], runs: Int, variants: [(String, [String: String], Bool)]
+) throws -> [Double] {
     print("| variant | median | p90 | died of |")
     print("|---|---|---|---|")
+    var medians: [Double] = []
     for (name, environment, capture) in variants {
         var times: [Double] = []
         var signals = Set<Int32>()
@@ -176,51 +204,16 @@ func crashBenchmarks(runs: Int) throws {
         for _ in 0..<runs {
             var env = environment
             if capture { env["CRASHCAPTURE_DIR"] = directory }
-            let (ms, signal) = try timedRun(sample, kind, env)
+            let (ms, signal) = try timedRun(sample, arguments, env)
             times.append(ms)
             signals.insert(signal ?? 0)
         }
         try? FileManager.default.removeItem(atPath: directory)
         let stats = Statistics(times)
-        medians[name] = stats.median
+        medians.append(stats.median)
         print("| \(name) | \(format(stats.median, 2)) | \(format(stats.percentile(0.9), 2)) | \(signals.sorted()) |")
     }
-    let none = medians["no handler"]!, ours = medians["CrashCapture"]!, swift = medians["Swift runtime backtracer"]!
-    print(
-        "\nCrashCapture / no handler: \(format(ours / none, 2))x; CrashCapture / Swift backtracer: \(format(ours / swift, 2))x\n"
-    )
-
-    // 5. The same with 16 threads, beside the Swift backtracer showing every thread.
-    let threaded: [(String, [String: String], Bool)] = [
-        ("no handler", ["SWIFT_BACKTRACE": "enable=no"], false),
-        ("CrashCapture (every thread)", ["SWIFT_BACKTRACE": "enable=no"], true),
-        ("Swift runtime backtracer, threads=all", ["SWIFT_BACKTRACE": "enable=yes,interactive=no,threads=all"], false),
-    ]
-    var threadedMedians: [Double] = []
-    print("## Whole-process cost of a crash with 16 threads (\(runs) runs each, ms from spawn to death)\n")
-    print("| variant | median | p90 | died of |")
-    print("|---|---|---|---|")
-    for (name, environment, capture) in threaded {
-        var times: [Double] = []
-        var signals = Set<Int32>()
-        let directory = temporaryDirectory()
-        for _ in 0..<runs {
-            var env = environment
-            env["CRASH_SAMPLE_THREADS"] = "16"
-            if capture { env["CRASHCAPTURE_DIR"] = directory }
-            let (ms, signal) = try timedRun(sample, ["parked-threads"], env)
-            times.append(ms)
-            signals.insert(signal ?? 0)
-        }
-        try? FileManager.default.removeItem(atPath: directory)
-        let stats = Statistics(times)
-        threadedMedians.append(stats.median)
-        print("| \(name) | \(format(stats.median, 2)) | \(format(stats.percentile(0.9), 2)) | \(signals.sorted()) |")
-    }
-    print(
-        "\nCrashCapture / no handler: \(format(threadedMedians[1] / threadedMedians[0], 2))x; "
-            + "CrashCapture / Swift backtracer (threads=all): \(format(threadedMedians[1] / threadedMedians[2], 2))x\n")
-
+    return medians
 }
 
 /// Runs a program to its end and returns its stdout.
