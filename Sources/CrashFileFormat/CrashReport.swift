@@ -10,6 +10,12 @@ public struct CrashReport: @unchecked Sendable {
         public let module: Int?
         /// pc minus the module's load bias: an address in the module file's own address space.
         public let offset: UInt64?
+
+        public init(pc: UInt64, module: Int?, offset: UInt64?) {
+            self.pc = pc
+            self.module = module
+            self.offset = offset
+        }
     }
 
     public struct Module: Sendable, Equatable {

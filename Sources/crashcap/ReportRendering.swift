@@ -34,6 +34,12 @@ enum ReportRendering {
             signal += " at \(address)"
         }
         lines.append("\(style.bold("signal")):   \(style.red(signal))")
+        let signalName = report.signalName ?? "crash"
+        lines.append(
+            "\(style.bold("title")):    \(CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames))  "
+                + style.dim(
+                    "fingerprint \(CrashFingerprint.fingerprint(signal: signalName, symbols: symbols, frames: report.frames))"
+                ))
         let threadName = properties["crash_thread_name"] as? String ?? ""
         let main = properties["crash_main_thread"] as? Bool == true ? " (main thread)" : ""
         lines.append("\(style.bold("thread")):   \(properties["crash_tid"] ?? "?") \"\(threadName)\"\(main)")
@@ -205,6 +211,10 @@ enum ReportRendering {
             }
             return entry
         }
+        let signalName = report.signalName ?? "crash"
+        object["fingerprint"] = CrashFingerprint.fingerprint(
+            signal: signalName, symbols: symbols, frames: report.frames)
+        object["title"] = CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames)
         object["threads_total"] = report.threadsTotal
         object["process"] = report.process
         object["memory"] = report.memory.map {

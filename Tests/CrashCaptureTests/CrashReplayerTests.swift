@@ -71,6 +71,30 @@ import Testing
         }
     }
 
+    /// Two runs of one crash (ASLR apart) share a fingerprint; another crash site does not.
+    @Test func fingerprintsGroupOneCrashSiteAcrossRuns() throws {
+        let directory = makeTemporaryDirectory("fingerprints")
+        for kind in ["null-read", "null-read", "abort", "null-write"] {
+            let crashed = try run(
+                Paths.cSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+            #expect(crashed.signal != nil)
+        }
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        #expect(CrashReplayer(directory: directory, store: store).replayAll().count(.imported) == 4)
+        let crashes = try objects(store).filter { $0["event"] as? String == "$AppCrashed" }.compactMap {
+            $0["properties"] as? [String: Any]
+        }
+        let byTitle = Dictionary(grouping: crashes) { $0["crash_title"] as? String ?? "" }
+        #expect(
+            Set(byTitle.keys) == [
+                "SIGSEGV in sample_null_read", "SIGABRT in sample_abort", "SIGSEGV in sample_null_write",
+            ])
+        let reads = try #require(byTitle["SIGSEGV in sample_null_read"])
+        let prints = Set(crashes.compactMap { $0["crash_fingerprint"] as? String })
+        #expect(reads.count == 2 && Set(reads.compactMap { $0["crash_fingerprint"] as? String }).count == 1)
+        #expect(prints.count == 3 && prints.allSatisfy { $0.count == 16 })
+    }
+
     @Test func importsOnceSymbolicatesAndDeletes() throws {
         let directory = try crashedDirectory()
         let file = crashFiles(in: directory)[0]

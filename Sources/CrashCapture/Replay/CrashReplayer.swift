@@ -180,6 +180,10 @@ package struct CrashReplayer: Sendable {
             properties["crash_fdatasync_ms"] = Double(timing.fdatasyncNanoseconds) / 1e6
         }
         properties["app_crashed_reason"] = Self.reason(report: report, symbols: symbols)
+        let signal = report.signalName ?? "crash"
+        properties["crash_fingerprint"] = CrashFingerprint.fingerprint(
+            signal: signal, symbols: symbols, frames: report.frames)
+        properties["crash_title"] = CrashFingerprint.title(signal: signal, symbols: symbols, frames: report.frames)
         if !breadcrumbs.isEmpty { properties["crash_breadcrumbs"] = breadcrumbs }
         if let type = report.exceptionType {
             properties["crash_exception_type_demangled"] = Demangler.demangleCxxType(type)

@@ -1,0 +1,64 @@
+public import CrashFileFormat
+
+/// What groups a thousand reports of one bug: a stable hash of the signal and the top frames
+/// of the app's own code, and a title a person reads. Frames of libc, the loader, the C++ and
+/// Swift runtimes, libunwind and CrashCapture are passed over; a named frame counts by module
+/// and function (so ASLR and rebuilds that leave those functions alone change nothing), an
+/// unnamed one by module and offset.
+public enum CrashFingerprint: Sendable {
+    /// In-app frames that make the fingerprint.
+    public static let frameCount = 3
+
+    /// Module names whose frames are never the app's.
+    static let systemPrefixes = [
+        "libc.so", "libm.so", "libpthread", "ld-linux", "libdl.so", "librt.so", "libstdc++", "libgcc_s", "libunwind",
+        "liblzma", "libswiftCore", "libswift_", "libswiftGlibc", "libdispatch", "libBlocksRuntime", "libFoundation",
+        "libcrashcapture", "libCrashCapturePreload",
+    ]
+
+    public static func isSystemModule(_ name: String) -> Bool {
+        systemPrefixes.contains { name.hasPrefix($0) }
+    }
+
+    /// The signal's name and the in-app frames that make the fingerprint, in order.
+    public static func key(signal: String, symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame]) -> [String] {
+        var parts = [signal]
+        for (index, symbol) in symbols.enumerated() where !isSystemModule(symbol.module) && symbol.module != "???" {
+            if let function = symbol.function {
+                parts.append(symbol.module + "!" + function)
+            } else if index < frames.count, let offset = frames[index].offset {
+                parts.append(symbol.module + "+0x" + String(offset, radix: 16))
+            } else {
+                continue
+            }
+            if parts.count > frameCount { break }
+        }
+        return parts
+    }
+
+    /// 16 hex digits: FNV-1a (64 bits) of the key's lines. Not a secret, only stable.
+    public static func fingerprint(signal: String, symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame])
+        -> String
+    {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in key(signal: signal, symbols: symbols, frames: frames).joined(separator: "\n").utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// "SIGSEGV in MyApp.Parser.read(_:)": the signal and the first in-app function (or
+    /// module+offset), or the first frame at all when none is the app's.
+    public static func title(signal: String, symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame]) -> String {
+        let key = key(signal: signal, symbols: symbols, frames: frames)
+        if key.count > 1 {
+            let place = key[1]
+            let function = place.split(separator: "!", maxSplits: 1).last.map(String.init) ?? place
+            return signal + " in " + function
+        }
+        if let first = symbols.first { return signal + " in " + (first.function ?? first.module) }
+        return signal
+    }
+}
