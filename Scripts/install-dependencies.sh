@@ -2,16 +2,32 @@
 # Installs what building and testing need on Debian 12, beyond the Swift toolchain. A new
 # machine has none of it; a used one may have some: install only what is missing.
 set -eu
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc libc6-dev binutils python3 time"
+packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc libc6-dev binutils python3 python3-pip time"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
 done
-[ -z "$missing" ] && exit 0
-echo "installing:$missing"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-# shellcheck disable=SC2086
-$sudo apt-get install -y -qq $missing >/dev/null
+# The official Sensors Analytics Python SDK, a real client for the collector's tests, into the
+# build folder (never the system's Python).
+python_packages="$(dirname "$0")/../.build/python-packages"
+if [ ! -d "$python_packages/SensorsAnalyticsSDK-1.11.0.dist-info" ]; then
+    python_needed=1
+fi
+if [ -z "$missing" ] && [ -z "${python_needed:-}" ]; then exit 0; fi
+if [ -n "$missing" ]; then
+    echo "installing:$missing"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    # shellcheck disable=SC2086
+    $sudo apt-get install -y -qq $missing >/dev/null
+fi
+if [ -n "${python_needed:-}" ]; then
+    echo "installing SensorsAnalyticsSDK 1.11.0 into .build/python-packages"
+    mkdir -p "$python_packages"
+    # Debian's pip refuses to touch an "externally managed" Python unless told; --target
+    # writes only into our folder, so telling it is safe (older pips ignore the variable).
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$python_packages" \
+        SensorsAnalyticsSDK==1.11.0
+fi

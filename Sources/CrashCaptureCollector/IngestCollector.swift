@@ -131,8 +131,18 @@ package final class IngestCollector: @unchecked Sendable {
 
     struct Response {
         var status: Int
-        var body: String
-        var contentType = "application/json"
+        var data: Data
+        var contentType: String
+
+        init(status: Int, body: String, contentType: String = "application/json") {
+            self.init(status: status, data: Data(body.utf8), contentType: contentType)
+        }
+
+        init(status: Int, data: Data, contentType: String) {
+            self.status = status
+            self.data = data
+            self.contentType = contentType
+        }
     }
 
     private func handle(connection fd: Int32) {
@@ -242,7 +252,7 @@ package final class IngestCollector: @unchecked Sendable {
                 200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
                 413: "Payload Too Large", 431: "Request Header Fields Too Large",
             ][response.status] ?? "Status"
-        let body = Data(response.body.utf8)
+        let body = response.data
         var head = "HTTP/1.1 \(response.status) \(reason)\r\nContent-Type: \(response.contentType)\r\n"
         head += "Content-Length: \(body.count)\r\nConnection: \(keepAlive ? "keep-alive" : "close")\r\n\r\n"
         var bytes = Data(head.utf8)
@@ -262,6 +272,12 @@ package final class IngestCollector: @unchecked Sendable {
         let path = request.path
         switch (request.method, path) {
         case ("POST", "/sa"): return ingest(request.body)
+        // The web SDK's image beacon: the record in the query, a 1×1 GIF back.
+        case ("GET", "/sa.gif"), ("GET", "/sa"):
+            let query = request.target.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+            let answer = ingest(Data(query.utf8))
+            guard answer.status == 200, path == "/sa.gif" else { return answer }
+            return Response(status: 200, data: Self.transparentGIF, contentType: "image/gif")
         case ("GET", "/events"): return listEvents(request.target)
         case ("GET", "/health"): return Response(status: 200, body: "{\"status\":\"ok\",\"events\":\(store.count)}")
         case (_, "/sa"), (_, "/events"), (_, "/health"):
@@ -269,6 +285,9 @@ package final class IngestCollector: @unchecked Sendable {
         default: return Response(status: 404, body: "{\"error\":\"no route \(path); POST /sa, GET /events\"}")
         }
     }
+
+    /// The smallest transparent GIF, as beacons expect (43 bytes).
+    static let transparentGIF = Data(base64Encoded: "R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")!
 
     func ingest(_ body: Data) -> Response {
         let rows: [(id: String, text: String)]

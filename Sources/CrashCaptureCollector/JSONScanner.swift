@@ -10,6 +10,13 @@ struct JSONScanner {
         var eventID: String?
         var hasEventName = false
         var hasProperties = false
+        /// The record type ("track", "profile_set", ...), when it is a string.
+        var type: String?
+        /// The Sensors SDKs' own id for a record (a number, kept as its text).
+        var trackID: String?
+        /// distinct_id and time as they are written (for the de-duplication key without event_id).
+        var distinctID: String?
+        var time: String?
     }
 
     struct Failure: Error, CustomStringConvertible {
@@ -26,11 +33,17 @@ struct JSONScanner {
 
     private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
-    static func events(in bytes: [UInt8]) throws -> [Event] {
+    /// The records of a batch (a JSON array of objects) or, with `single`, of one object.
+    static func events(in bytes: [UInt8], single: Bool = false) throws -> [Event] {
         try bytes.withUnsafeBufferPointer { buffer in
             if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
             var scanner = JSONScanner(buffer)
-            return try scanner.array()
+            guard single else { return try scanner.array() }
+            scanner.skipSpace()
+            let event = try scanner.event()
+            scanner.skipSpace()
+            guard scanner.index == buffer.count else { throw scanner.fail("data after the object") }
+            return [event]
         }
     }
 
@@ -155,6 +168,14 @@ struct JSONScanner {
                     event.hasEventName = first == UInt8(ascii: "\"")
                 } else if spells(key.contents, Self.propertiesKey) {
                     event.hasProperties = first == UInt8(ascii: "{")
+                } else if spells(key.contents, Self.typeKey) {
+                    if first == UInt8(ascii: "\"") { event.type = decodedString(valueStart..<index) }
+                } else if spells(key.contents, Self.trackIDKey) {
+                    event.trackID = String(decoding: bytes[valueStart..<index], as: UTF8.self)
+                } else if spells(key.contents, Self.distinctIDKey) {
+                    event.distinctID = String(decoding: bytes[valueStart..<index], as: UTF8.self)
+                } else if spells(key.contents, Self.timeKey) {
+                    event.time = String(decoding: bytes[valueStart..<index], as: UTF8.self)
                 }
             } while try another(UInt8(ascii: "}"))
         }
@@ -165,6 +186,10 @@ struct JSONScanner {
     private static let eventIDKey = Array("event_id".utf8)
     private static let eventKey = Array("event".utf8)
     private static let propertiesKey = Array("properties".utf8)
+    private static let typeKey = Array("type".utf8)
+    private static let trackIDKey = Array("_track_id".utf8)
+    private static let distinctIDKey = Array("distinct_id".utf8)
+    private static let timeKey = Array("time".utf8)
 
     private func spells(_ range: Range<Int>, _ word: [UInt8]) -> Bool {
         range.count == word.count && zip(bytes[range], word).allSatisfy { $0 == $1 }

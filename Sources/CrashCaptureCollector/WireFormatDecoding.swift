@@ -11,21 +11,50 @@ extension WireFormat {
         try decodeWithText(body: body, maximumInflated: maximumInflated).map(\.object)
     }
 
-    /// What the collector stores: each event's id and its own JSON text as it arrived, after a
-    /// strict validation of the whole batch. Every way a body can be wrong is an error.
+    /// The record types of the Sensors Analytics data model.
+    package static let recordTypes: Set<String> = [
+        "track", "track_signup", "track_id_bind", "track_id_unbind", "profile_set", "profile_set_once",
+        "profile_increment", "profile_append", "profile_unset", "profile_delete", "item_set", "item_delete",
+    ]
+
+    /// What the collector stores: each record's de-duplication key and its own JSON text as it
+    /// arrived, after a strict validation of the whole batch. The key is the strongest the
+    /// record carries: our `event_id`; else the Sensors SDKs' `_track_id` with its distinct_id
+    /// and time; else a 64-bit hash of the record's text (a record sent twice byte for byte is
+    /// stored once, and so are two records that are the same to the byte). Every way a body
+    /// can be wrong is an error.
     package static func decodeEvents(body: Data, maximumInflated: Int = 64 << 20) throws -> [(id: String, text: String)]
     {
         let (bytes, events) = try scan(body: body, maximumInflated: maximumInflated)
         return try events.enumerated().map { index, event in
-            guard let id = event.eventID, !id.isEmpty else {
-                throw CrashCaptureError.corrupt("event \(index) has no event_id")
+            guard let type = event.type else { throw CrashCaptureError.corrupt("record \(index) has no type") }
+            guard recordTypes.contains(type) else {
+                throw CrashCaptureError.corrupt("record \(index) has an unknown type \"\(type)\"")
             }
-            guard event.hasEventName, event.hasProperties else {
-                throw CrashCaptureError.corrupt("event \(index) lacks event or properties")
+            if type.hasPrefix("track"), type != "track_id_bind", type != "track_id_unbind", !event.hasEventName {
+                throw CrashCaptureError.corrupt("record \(index) (\(type)) has no event name")
+            }
+            if !type.hasSuffix("_delete"), !event.hasProperties {
+                throw CrashCaptureError.corrupt("record \(index) (\(type)) lacks properties")
             }
             // Validated by the scanner already; from a buffer, String takes its fast path.
-            return (id, bytes[event.text].withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) })
+            let text = bytes[event.text].withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
+            if let id = event.eventID, !id.isEmpty { return (id, text) }
+            if let track = event.trackID {
+                return ("sa-track:\(track):\(event.distinctID ?? ""):\(event.time ?? "")", text)
+            }
+            return ("sa-content:" + fnv1a(bytes[event.text]), text)
         }
+    }
+
+    static func fnv1a(_ bytes: ArraySlice<UInt8>) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
     /// Like `decode`, with each event's own JSON text as it arrived.
@@ -44,17 +73,19 @@ extension WireFormat {
 
     /// The batch validated by the scanner: the JSON bytes and where each event is in them.
     private static func scan(body: Data, maximumInflated: Int) throws -> ([UInt8], [JSONScanner.Event]) {
-        let bytes = [UInt8](try jsonPayload(body: body, maximumInflated: maximumInflated))
+        let (payload, single) = try jsonPayload(body: body, maximumInflated: maximumInflated)
+        let bytes = [UInt8](payload)
         do {
-            return (bytes, try JSONScanner.events(in: bytes))
+            return (bytes, try JSONScanner.events(in: bytes, single: single))
         } catch let failure as JSONScanner.Failure {
-            throw CrashCaptureError.corrupt("data_list is not a JSON array of objects: \(failure)")
+            throw CrashCaptureError.corrupt(
+                single
+                    ? "data is not a JSON object: \(failure)" : "data_list is not a JSON array of objects: \(failure)")
         }
     }
 
-    /// The form fields checked (crc over data_list), base64 and gzip undone: the JSON text.
-    package static func jsonPayload(body: Data, maximumInflated: Int) throws -> Data {
-        let bytes = [UInt8](body)
+    /// The form fields of a request body (or a query string), each unescaped.
+    package static func formFields(_ bytes: [UInt8]) throws -> [String: [UInt8]] {
         // A well-formed body is ASCII (the rest is %-escaped); anything else must at least be UTF-8.
         if bytes.contains(where: { $0 >= 0x80 }), String(validating: bytes, as: UTF8.self) == nil {
             throw CrashCaptureError.corrupt("body is not UTF-8")
@@ -71,21 +102,47 @@ extension WireFormat {
             }
             fields[name] = value
         }
-        guard let dataList = fields["data_list"] else { throw CrashCaptureError.corrupt("no data_list field") }
-        guard let crcField = fields["crc"] else { throw CrashCaptureError.corrupt("no crc field") }
-        guard let crc = Int32(String(decoding: crcField, as: UTF8.self)) else {
-            throw CrashCaptureError.corrupt("crc is not a 32-bit integer")
+        return fields
+    }
+
+    /// The form fields checked, base64 and gzip undone: the JSON text, and whether it is one
+    /// record (`data`, the Sensors SDKs' single-record form and the web SDK's beacon) or a
+    /// batch (`data_list`). `crc` (the Java hash of the field) is checked when present; `gzip`
+    /// is 1, 0 or absent (0); a field that is not base64 but JSON text is taken as it is.
+    package static func jsonPayload(body: Data, maximumInflated: Int) throws -> (json: Data, single: Bool) {
+        var fields = try formFields([UInt8](body))
+        // The web SDK's beacon carries its checksum inside `ext` ("crc=123").
+        if fields["crc"] == nil, let ext = fields["ext"], let inner = try? formFields(ext), let crc = inner["crc"] {
+            fields["crc"] = crc
         }
-        let hash =
-            dataList.allSatisfy { $0 < 0x80 }
-            ? javaHashCode(ascii: dataList) : javaHashCode(String(decoding: dataList, as: UTF8.self))
-        guard crc == hash else { throw CrashCaptureError.corrupt("crc mismatch: data_list was altered") }
-        guard let packed = Data(base64Encoded: Data(dataList)) else {
-            throw CrashCaptureError.corrupt("data_list is not base64")
+        let single = fields["data_list"] == nil
+        guard let value = fields["data_list"] ?? fields["data"] else {
+            throw CrashCaptureError.corrupt("no data_list or data field")
+        }
+        if let crcField = fields["crc"], !crcField.isEmpty {
+            guard let crc = Int32(String(decoding: crcField, as: UTF8.self)) else {
+                throw CrashCaptureError.corrupt("crc is not a 32-bit integer")
+            }
+            let hash =
+                value.allSatisfy { $0 < 0x80 }
+                ? javaHashCode(ascii: value) : javaHashCode(String(decoding: value, as: UTF8.self))
+            guard crc == hash else { throw CrashCaptureError.corrupt("crc mismatch: the data was altered") }
+        }
+        let field = single ? "data" : "data_list"
+        let packed: Data
+        if let first = value.first(where: { $0 != 0x20 }), first == UInt8(ascii: "{") || first == UInt8(ascii: "[") {
+            packed = Data(value)
+        } else {
+            // A client that left base64's '+' unescaped sent what form decoding made a space.
+            let base64 = value.map { $0 == 0x20 ? UInt8(ascii: "+") : $0 }
+            guard let decoded = Data(base64Encoded: Data(base64)) else {
+                throw CrashCaptureError.corrupt("\(field) is neither base64 nor JSON text")
+            }
+            packed = decoded
         }
         switch fields["gzip"].map({ String(decoding: $0, as: UTF8.self) }) ?? "0" {
-        case "1": return try gunzip(packed, maximumBytes: maximumInflated)
-        case "0": return packed
+        case "1": return (try gunzip(packed, maximumBytes: maximumInflated), single)
+        case "0", "": return (packed, single)
         default: throw CrashCaptureError.corrupt("gzip must be 0 or 1")
         }
     }

@@ -12,10 +12,10 @@ import Testing
         let (status, body) = try collector.request("POST", "/sa", body: Data("crc=1&gzip=1&data_list=abc".utf8))
         #expect(status == 400)
         #expect(String(decoding: body, as: UTF8.self).contains("crc mismatch"))
-        let noID = try WireFormat.encode(events: ["{\"event\":\"x\",\"properties\":{}}"])
-        let (missing, message) = try collector.request("POST", "/sa", body: noID)
+        let noType = try WireFormat.encode(events: ["{\"event\":\"x\",\"properties\":{}}"])
+        let (missing, message) = try collector.request("POST", "/sa", body: noType)
         #expect(missing == 400)
-        #expect(String(decoding: message, as: UTF8.self).contains("no event_id"))
+        #expect(String(decoding: message, as: UTF8.self).contains("has no type"))
         #expect(try collector.get("/nowhere").0 == 404)
         #expect(try collector.request("DELETE", "/events", body: nil).0 == 405)
     }
@@ -23,7 +23,9 @@ import Testing
     @Test func faultsApplyToUploadsOnly() throws {
         let collector = try CollectorProcess(["--drop-first", "1", "--fail-first", "1"])
         let batch = String(
-            decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"]),
+            decoding: try WireFormat.encode(events: [
+                "{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"
+            ]),
             as: UTF8.self)
         // A plain client, one connection per request: URLSession retries a dropped keep-alive
         // connection on its own, which would hide what the server did.
@@ -50,14 +52,72 @@ import Testing
     @Test func deduplicatesByEventID() throws {
         let collector = try CollectorProcess()
         let batch = try WireFormat.encode(events: [
-            "{\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
-            "{\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
+            "{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
+            "{\"type\":\"track\",\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
         ])
         let (_, first) = try collector.request("POST", "/sa", body: batch)
         #expect(String(decoding: first, as: UTF8.self) == "{\"inserted\":2,\"duplicates\":0}")
         let (_, second) = try collector.request("POST", "/sa", body: batch)
         #expect(String(decoding: second, as: UTF8.self) == "{\"inserted\":0,\"duplicates\":2}")
         #expect(try collector.events().count == 2)
+    }
+
+    /// The official Sensors Analytics Python SDK (installed by the test command): its
+    /// single-record form (`data`, gzip, no crc) and its batch form, every record type of the
+    /// data model, project and token in the query.
+    @Test func theOfficialPythonSDKIsAccepted() throws {
+        let collector = try CollectorProcess()
+        let client = """
+            import sys
+            sys.path.insert(0, sys.argv[2])
+            import sensorsanalytics
+            url = sys.argv[1] + "?project=default&token=secret"
+            sa = sensorsanalytics.SensorsAnalytics(sensorsanalytics.DefaultConsumer(url))
+            sa.track("u1", "Bought", {"price": 3}, is_login_id=True)
+            sa.track_signup("u1", "anon-1")
+            sa.profile_set("u1", {"name": "n"}, is_login_id=True)
+            sa.profile_set_once("u1", {"first": "x"}, is_login_id=True)
+            sa.profile_increment("u1", {"visits": 1}, is_login_id=True)
+            sa.profile_append("u1", {"tags": ["a"]}, is_login_id=True)
+            sa.profile_unset("u1", ["name"], is_login_id=True)
+            sa.profile_delete("u1", is_login_id=True)
+            sa.item_set("book", "b1", {"pages": 10})
+            sa.item_delete("book", "b1")
+            sa.close()
+            batch = sensorsanalytics.SensorsAnalytics(sensorsanalytics.BatchConsumer(url, max_size=3))
+            for i in range(7):
+                batch.track("u2", "Batch", {"i": i})
+            batch.close()
+            print("sent")
+            """
+        let result = try run(
+            "/usr/bin/env", ["python3", "-c", client, collector.url, Paths.packageRoot + "/.build/python-packages"])
+        #expect(result.stdout == "sent\n", "\(result.stderr)")
+        let events = try collector.events()
+        var types: [String: Int] = [:]
+        for event in events { types[event["type"] as? String ?? "?", default: 0] += 1 }
+        #expect(
+            types == [
+                "track": 8, "track_signup": 1, "profile_set": 1, "profile_set_once": 1, "profile_increment": 1,
+                "profile_append": 1, "profile_unset": 1, "profile_delete": 1, "item_set": 1, "item_delete": 1,
+            ])
+        #expect(events.filter { $0["event"] as? String == "Batch" }.count == 7)
+    }
+
+    /// The web SDK's image beacon: one record in the query, its checksum in `ext`, a GIF back.
+    @Test func theWebBeaconIsAccepted() throws {
+        let collector = try CollectorProcess()
+        let record =
+            #"{"type":"track","event":"$pageview","distinct_id":"w1","time":1,"_track_id":5,"properties":{"$url":"x"}}"#
+        let data = Data(record.utf8).base64EncodedString()
+        let ext = WireFormat.formEscape("crc=\(WireFormat.javaHashCode(data))")
+        let (status, body) = try collector.get("/sa.gif?project=default&data=\(WireFormat.formEscape(data))&ext=\(ext)")
+        #expect(status == 200 && body.prefix(6) == Data("GIF89a".utf8))
+        let (again, _) = try collector.get("/sa.gif?data=\(WireFormat.formEscape(data))")
+        #expect(again == 200)
+        #expect(try collector.events().count == 1, "the same _track_id, distinct_id and time is stored once")
+        let (bad, _) = try collector.get("/sa.gif?data=\(WireFormat.formEscape(data))&ext=crc%3D1")
+        #expect(bad == 400)
     }
 
     @Test func badArgumentsAreClearErrors() throws {

@@ -26,7 +26,8 @@ import Testing
 
     @Test func aMemberIsAddedToEveryObjectEvenAnEmptyOne() throws {
         let body = try WireFormat.encode(events: ["{\"a\":1}", "{}"], addingToEach: "\"_flush_time\":7")
-        let text = String(decoding: try WireFormat.jsonPayload(body: body, maximumInflated: 1 << 20), as: UTF8.self)
+        let text = String(
+            decoding: try WireFormat.jsonPayload(body: body, maximumInflated: 1 << 20).json, as: UTF8.self)
         #expect(text == "[{\"a\":1,\"_flush_time\":7},{\"_flush_time\":7}]")
     }
 
@@ -42,8 +43,9 @@ import Testing
     @Test func everyMalformedBodyIsAClearError() throws {
         let good = String(decoding: try WireFormat.encode(events: ["{\"event_id\":\"a\"}"]), as: UTF8.self)
         expectError(good.replacingOccurrences(of: "crc=", with: "crc=1"), "crc")
-        expectError("gzip=1&data_list=abc", "no crc")
-        expectError("crc=0&gzip=1", "no data_list")
+        expectError("gzip=1&data_list=abc", "base64")
+        expectError("crc=0&gzip=1", "no data_list or data field")
+        expectError("data=" + WireFormat.formEscape(Data("[1]".utf8).base64EncodedString()), "not a JSON object")
         let notBase64 = "!!!"
         expectError("crc=\(WireFormat.javaHashCode(notBase64))&gzip=1&data_list=!!!", "base64")
         let notGzip = Data("hello".utf8).base64EncodedString()
