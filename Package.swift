@@ -73,7 +73,12 @@ let package = Package(
         // The ingest server `crashcap collect` runs. Apps never link it.
         .target(
             name: "CrashCaptureCollector",
-            dependencies: ["CrashCapture", "CrashFileFormat", "CZlib"],
+            dependencies: [
+                "CrashCapture", "CrashFileFormat", "CZlib",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: strictSwift
         ),
         // Children with a clean signal state, for the CLI's harness, the benchmarks and the tests.

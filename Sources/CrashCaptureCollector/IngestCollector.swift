@@ -1,16 +1,25 @@
 package import CrashCapture
 internal import CrashFileFormat
 internal import Foundation
+internal import NIOCore
+internal import NIOHTTP1
+internal import NIOPosix
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// A small HTTP/1.1 server that accepts the Sensors Analytics wire format at `/sa`, verifies
-/// crc and gzip, de-duplicates by event id, stores events in SQLite in arrival order and
-/// serves them back as JSON lines at `/events`. For development and for our own tests.
-/// `@unchecked`: the listening socket and settings are fixed after init; the fault counters
-/// and the upload count are under `lock`, and the store has its own.
+/// An HTTP/1.1 server on SwiftNIO that takes what the Sensors Analytics SDKs send at `/sa`
+/// (and `/sa.gif`), stores records in SQLite in arrival order and serves them back as JSON
+/// lines at `/events`. Every limit answers with its own status: headers over 80 KiB (431),
+/// a body over `maximumBody` or a batch that inflates past `maximumInflated` (413), a POST
+/// without a length (411), a request whose head does not arrive within `headerTimeout` or
+/// whose body does not within `bodyTimeout` (408), more than `maximumConnections` at once
+/// (503 with Retry-After). An idle keep-alive connection is closed after `idleTimeout`.
+/// SQLite runs on a thread pool of its own, never on the event loop, and a batch is
+/// acknowledged only once it is committed.
+/// `@unchecked`: settings are fixed after init; the fault counters and the connection count
+/// are under `lock`, and the store has its own.
 package final class IngestCollector: @unchecked Sendable {
     /// Failures on purpose, to prove the uploader survives them.
     package struct Faults: Sendable {
@@ -24,100 +33,110 @@ package final class IngestCollector: @unchecked Sendable {
         package init() {}
     }
 
-    package static let maximumBody = 32 << 20
-    static let maximumHeader = 64 << 10
+    package struct Limits: Sendable {
+        package var maximumBody = 32 << 20
+        package var maximumInflated = 64 << 20
+        package var maximumConnections = 512
+        package var headerTimeout = 10.0
+        package var bodyTimeout = 60.0
+        package var idleTimeout = 30.0
+        package init() {}
+    }
+
+    package static var maximumBody: Int { Limits().maximumBody }
 
     package let store: EventStore
     package private(set) var port: UInt16 = 0
     let host: String
     let faults: Faults
-    private var listener: Int32 = -1
+    let limits: Limits
+    private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    /// SQLite's thread: one, so that stores are in arrival order.
+    private let database = NIOThreadPool(numberOfThreads: 1)
+    private var channel: Channel?
     private let lock = NSLock()
     private var uploadCount = 0
-    private var stopped = false
-    private let connections = DispatchSemaphore(value: 64)
+    private var openConnections = 0
 
-    package init(host: String = "127.0.0.1", port: UInt16, databasePath: String, faults: Faults = Faults()) throws {
-        store = try EventStore(path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max))
+    package init(
+        host: String = "127.0.0.1", port: UInt16, databasePath: String, faults: Faults = Faults(),
+        limits: Limits = Limits()
+    ) throws {
         self.host = host
         self.faults = faults
-        try bind(port)
+        self.limits = limits
+        let existed = FileManager.default.fileExists(atPath: databasePath)
+        store = try EventStore(path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max))
+        database.start()
+        do {
+            try bind(port)
+        } catch {
+            // A collector that cannot listen leaves nothing behind.
+            try? database.syncShutdownGracefully()
+            try? group.syncShutdownGracefully()
+            if !existed {
+                for suffix in ["", "-wal", "-shm"] { unlink(databasePath + suffix) }
+            }
+            throw error
+        }
     }
 
     private func bind(_ requested: UInt16) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw CrashCaptureError.system("cannot create a socket") }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = requested.bigEndian
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
-            close(fd)
-            throw CrashCaptureError.invalidArgument("\(host) is not an IPv4 address")
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 256)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { [self] channel in
+                guard admit() else { return channel.pipeline.addHandler(RefuseConnection()) }
+                channel.closeFuture.whenComplete { _ in self.release() }
+                let timer = HeaderDeadline(timeout: .milliseconds(Int64(self.limits.headerTimeout * 1000)))
+                return channel.pipeline.addHandler(timer).flatMap {
+                    channel.pipeline.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true, withErrorHandling: false)
+                }.flatMap {
+                    channel.pipeline.addHandlers([
+                        IdleStateHandler(readTimeout: .milliseconds(Int64(self.limits.idleTimeout * 1000))),
+                        ConnectionHandler(collector: self, headerDeadline: timer),
+                    ])
+                }
             }
+        do {
+            let bound = try bootstrap.bind(host: host, port: Int(requested)).wait()
+            channel = bound
+            port = UInt16(bound.localAddress?.port ?? 0)
+        } catch {
+            throw CrashCaptureError.io(
+                "cannot listen on \(host):\(requested) (\(error)); pick a free port, or 0 for any", path: nil)
         }
-        guard bound == 0, listen(fd, 128) == 0 else {
-            let failure = CrashCaptureError.system(
-                "cannot listen on \(host):\(requested); pick a free port, or 0 for any")
-            close(fd)
-            throw failure
-        }
-        var actual = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &actual) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = UInt16(bigEndian: actual.sin_port)
-        listener = fd
     }
 
-    package var url: String { "http://\(host):\(port)/sa" }
-
-    /// Serves on a background thread until `stop()`.
-    package func start() {
-        let thread = Thread { [self] in serve() }
-        thread.name = "collector-accept"
-        thread.start()
+    private func admit() -> Bool {
+        lock.withLock {
+            guard openConnections < limits.maximumConnections else { return false }
+            openConnections += 1
+            return true
+        }
     }
 
-    /// Serves on the calling thread until `stop()`.
+    private func release() { lock.withLock { openConnections -= 1 } }
+
+    package var url: String {
+        let shown = host.contains(":") ? "[\(host)]" : host
+        return "http://\(shown):\(port)/sa"
+    }
+
+    /// Serving starts at init; kept for callers that start explicitly.
+    package func start() {}
+
+    /// Blocks the calling thread until `stop()`.
     package func serve() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if errno == EINTR { continue }
-                lock.lock()
-                let done = stopped
-                lock.unlock()
-                if done { return }
-                usleep(1000)
-                continue
-            }
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            var timeout = timeval(tv_sec: 30, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var noDelay: Int32 = 1
-            setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &noDelay, socklen_t(MemoryLayout<Int32>.size))
-            connections.wait()
-            DispatchQueue.global().async {
-                self.handle(connection: client)
-                close(client)
-                self.connections.signal()
-            }
-        }
+        try? channel?.closeFuture.wait()
     }
 
     package func stop() {
-        lock.lock()
-        stopped = true
-        lock.unlock()
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        try? channel?.close().wait()
+        try? group.syncShutdownGracefully()
+        try? database.syncShutdownGracefully()
     }
 
     struct Request {
@@ -133,6 +152,7 @@ package final class IngestCollector: @unchecked Sendable {
         var status: Int
         var data: Data
         var contentType: String
+        var extraHeaders: [(String, String)] = []
 
         init(status: Int, body: String, contentType: String = "application/json") {
             self.init(status: status, data: Data(body.utf8), contentType: contentType)
@@ -145,127 +165,26 @@ package final class IngestCollector: @unchecked Sendable {
         }
     }
 
-    private func handle(connection fd: Int32) {
-        var buffer = Data()
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let request: Request
-            switch readRequest(fd, &buffer, &chunk) {
-            case .closed: return
-            case .failed(let response):
-                write(fd, response, keepAlive: false)
-                return
-            case .request(let parsed): request = parsed
-            }
-            // Faults are for uploads: reading /events or /health neither triggers nor uses them up.
-            var upload: Int?
-            if request.method == "POST" && request.path == "/sa" {
-                lock.lock()
-                upload = uploadCount
-                uploadCount += 1
-                lock.unlock()
-            }
-            if let upload, upload < faults.dropFirst { return }
-            if upload != nil, faults.delayMilliseconds > 0 { usleep(UInt32(faults.delayMilliseconds) * 1000) }
-            let response: Response
-            if let upload, upload < faults.dropFirst + faults.failFirst {
-                response = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
-            } else {
-                response = route(request)
-            }
-            let keepAlive = request.headers["connection"]?.lowercased() != "close"
-            write(fd, response, keepAlive: keepAlive)
-            if !keepAlive { return }
-        }
-    }
-
-    enum ReadResult {
-        case request(Request)
-        case failed(Response)
-        case closed
-    }
-
-    private func readRequest(_ fd: Int32, _ buffer: inout Data, _ chunk: inout [UInt8]) -> ReadResult {
-        let separator = Data("\r\n\r\n".utf8)
-        var headerEnd: Range<Data.Index>?
-        while true {
-            headerEnd = buffer.range(of: separator)
-            if headerEnd != nil { break }
-            if buffer.count > Self.maximumHeader {
-                return .failed(Response(status: 431, body: "{\"error\":\"request header larger than 64 KiB\"}"))
-            }
-            guard receive(fd, into: &buffer, &chunk) else { return .closed }
-        }
-        let head = String(decoding: buffer[buffer.startIndex..<headerEnd!.lowerBound], as: UTF8.self)
-        buffer.removeSubrange(buffer.startIndex..<headerEnd!.upperBound)
-        var lines = head.components(separatedBy: "\r\n")
-        let requestLine = lines.removeFirst().split(separator: " ")
-        guard requestLine.count == 3, requestLine[2].hasPrefix("HTTP/1.") else {
-            return .failed(Response(status: 400, body: "{\"error\":\"malformed request line\"}"))
-        }
-        var headers: [String: String] = [:]
-        for line in lines {
-            guard let colon = line.firstIndex(of: ":") else {
-                return .failed(Response(status: 400, body: "{\"error\":\"malformed header line\"}"))
-            }
-            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
-                in: .whitespaces)
-        }
-        if headers["transfer-encoding"] != nil {
-            return .failed(
-                Response(status: 411, body: "{\"error\":\"send a Content-Length; chunked bodies are not taken\"}"))
-        }
-        let length = Int(headers["content-length"] ?? "0") ?? -1
-        guard length >= 0 else { return .failed(Response(status: 400, body: "{\"error\":\"bad Content-Length\"}")) }
-        guard length <= Self.maximumBody else {
-            return .failed(Response(status: 413, body: "{\"error\":\"body larger than \(Self.maximumBody) bytes\"}"))
-        }
-        if headers["expect"]?.lowercased() == "100-continue" {
-            let continueLine = "HTTP/1.1 100 Continue\r\n\r\n"
-            _ = continueLine.withCString { Glibc.send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
-        }
-        while buffer.count < length {
-            guard receive(fd, into: &buffer, &chunk) else { return .closed }
-        }
-        let body = buffer.prefix(length)
-        buffer.removeFirst(length)
-        return .request(
-            Request(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers, body: Data(body)))
-    }
-
-    /// Reads what has arrived into `buffer`, through the connection's one `chunk`.
-    private func receive(_ fd: Int32, into buffer: inout Data, _ chunk: inout [UInt8]) -> Bool {
-        while true {
-            let count = recv(fd, &chunk, chunk.count, 0)
-            if count > 0 {
-                buffer.append(contentsOf: chunk[0..<count])
-                return true
-            }
-            if count < 0 && errno == EINTR { continue }
-            return false
-        }
-    }
-
-    private func write(_ fd: Int32, _ response: Response, keepAlive: Bool) {
-        let reason =
-            [
-                200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-                413: "Payload Too Large", 431: "Request Header Fields Too Large",
-            ][response.status] ?? "Status"
-        let body = response.data
-        var head = "HTTP/1.1 \(response.status) \(reason)\r\nContent-Type: \(response.contentType)\r\n"
-        head += "Content-Length: \(body.count)\r\nConnection: \(keepAlive ? "keep-alive" : "close")\r\n\r\n"
-        var bytes = Data(head.utf8)
-        bytes.append(body)
-        bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let sent = Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
-                if sent < 0 && errno == EINTR { continue }
-                if sent <= 0 { return }
-                offset += sent
+    /// What to do with a whole request: drop it (fault injection), or answer it, on the
+    /// database's thread (every route touches the store), after the injected delay.
+    func respond(to request: Request, on eventLoop: EventLoop) -> EventLoopFuture<Response?> {
+        // Faults are for uploads: reading /events or /health neither triggers nor uses them up.
+        var upload: Int?
+        if request.method == "POST" && request.path == "/sa" {
+            upload = lock.withLock {
+                defer { uploadCount += 1 }
+                return uploadCount
             }
         }
+        if let upload, upload < faults.dropFirst { return eventLoop.makeSucceededFuture(nil) }
+        let delay: TimeAmount = upload != nil ? .milliseconds(Int64(faults.delayMilliseconds)) : .zero
+        if let upload, upload < faults.dropFirst + faults.failFirst {
+            let failed = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
+            return eventLoop.scheduleTask(in: delay) { failed }.futureResult
+        }
+        let answer = database.runIfActive(eventLoop: eventLoop) { [self] in route(request) }
+        guard delay > .zero else { return answer.map { $0 } }
+        return answer.flatMap { response in eventLoop.scheduleTask(in: delay) { response }.futureResult }
     }
 
     func route(_ request: Request) -> Response {
@@ -292,9 +211,11 @@ package final class IngestCollector: @unchecked Sendable {
     func ingest(_ body: Data) -> Response {
         let rows: [(id: String, text: String)]
         do {
-            rows = try WireFormat.decodeEvents(body: body)
+            rows = try WireFormat.decodeEvents(body: body, maximumInflated: limits.maximumInflated)
         } catch {
-            return Response(status: 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
+            // A batch that inflates past the limit is too large, not malformed.
+            let tooLarge = "\(error)".contains("inflated data exceeds")
+            return Response(status: tooLarge ? 413 : 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
         }
         do {
             // Stored exactly as each event arrived.
@@ -307,8 +228,12 @@ package final class IngestCollector: @unchecked Sendable {
 
     func listEvents(_ target: String) -> Response {
         let query = URLComponents(string: "http://x" + target)?.queryItems ?? []
-        let after = Int64(query.first { $0.name == "after" }?.value ?? "0") ?? 0
-        let limit = min(Int(query.first { $0.name == "limit" }?.value ?? "100000") ?? 100_000, 1_000_000)
+        guard let after = Int64(query.first { $0.name == "after" }?.value ?? "0"), after >= 0,
+            let asked = Int(query.first { $0.name == "limit" }?.value ?? "100000"), asked > 0
+        else {
+            return Response(status: 400, body: "{\"error\":\"after must be 0 or more and limit 1 or more\"}")
+        }
+        let limit = min(asked, 1_000_000)
         guard let events = try? store.events(after: after, limit: limit) else {
             return Response(status: 500, body: "{\"error\":\"cannot read the store\"}")
         }

@@ -13,7 +13,7 @@ import ProcessSupport
 extension Crashcap {
     struct Collect: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Run a local ingest server: POST /sa takes uploads, GET /events lists what arrived.",
+            abstract: "Run a local ingest server (SwiftNIO): POST /sa takes uploads, GET /events lists what arrived.",
             discussion: """
                 Accepts the Sensors Analytics wire format (crc, gzip, data_list), rejects malformed \
                 batches with a 4xx that says why, de-duplicates by event_id and stores events in SQLite \
@@ -41,11 +41,29 @@ extension Crashcap {
         @Option(help: "Wait this many ms before answering each upload (fault injection).")
         var delayMs = 0
 
+        @Option(help: "Seconds a request's head may take from its first byte (then 408).")
+        var headerTimeout = 10.0
+
+        @Option(help: "Seconds a request's body may take after its head (then 408).")
+        var bodyTimeout = 60.0
+
+        @Option(help: "Seconds an idle keep-alive connection stays open.")
+        var idleTimeout = 30.0
+
+        @Option(help: "Connections served at once; more get 503 with Retry-After.")
+        var maxConnections = 512
+
+        @Option(help: "Largest request body in bytes (then 413).")
+        var maxBody = 32 << 20
+
         func validate() throws {
             if dropFirst < 0 || failFirst < 0 || delayMs < 0 {
                 throw ValidationError("fault counts must not be negative")
             }
             if !(100...599).contains(failStatus) { throw ValidationError("--fail-status must be an HTTP status") }
+            if headerTimeout <= 0 || bodyTimeout <= 0 || idleTimeout <= 0 || maxConnections < 1 || maxBody < 1 {
+                throw ValidationError("timeouts and limits must be positive")
+            }
         }
 
         mutating func run() throws {
@@ -54,9 +72,16 @@ extension Crashcap {
             faults.failFirst = failFirst
             faults.failStatus = failStatus
             faults.delayMilliseconds = delayMs
+            var limits = IngestCollector.Limits()
+            limits.headerTimeout = headerTimeout
+            limits.bodyTimeout = bodyTimeout
+            limits.idleTimeout = idleTimeout
+            limits.maximumConnections = maxConnections
+            limits.maximumBody = maxBody
             let collector: IngestCollector
             do {
-                collector = try IngestCollector(host: host, port: port, databasePath: db, faults: faults)
+                collector = try IngestCollector(
+                    host: host, port: port, databasePath: db, faults: faults, limits: limits)
             } catch {
                 throw Crashcap.fail("\(error)", code: 69)
             }

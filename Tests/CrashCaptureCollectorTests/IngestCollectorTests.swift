@@ -123,10 +123,11 @@ import Testing
     @Test func badArgumentsAreClearErrors() throws {
         let busy = try CollectorProcess()
         let port = String(busy.base.split(separator: ":").last!)
-        let result = try run(
-            Paths.crashcap, ["collect", "--port", port, "--db", makeTemporaryDirectory("busy") + "/x.db"])
+        let database = makeTemporaryDirectory("busy") + "/x.db"
+        let result = try run(Paths.crashcap, ["collect", "--port", port, "--db", database])
         #expect(result.exitCode == 69)
         #expect(result.stderr.contains("cannot listen"))
+        #expect(!FileManager.default.fileExists(atPath: database), "a collector that cannot listen leaves no database")
         let noDB = try run(Paths.crashcap, ["collect"])
         #expect(noDB.exitCode != 0 && noDB.stderr.contains("--db"))
     }

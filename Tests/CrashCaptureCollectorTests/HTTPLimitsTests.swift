@@ -1,0 +1,155 @@
+import CrashCapture
+import CrashCaptureCollector
+import Foundation
+import TestSupport
+import Testing
+
+/// The collector's HTTP as an adversary and as old clients see it, over real sockets.
+@Suite struct HTTPLimitsTests {
+    /// Raw HTTP from Python's socket module: what a well-behaved client library would never send.
+    func raw(_ collector: CollectorProcess, _ script: String, _ extra: String...) throws -> String {
+        let host = collector.base.replacingOccurrences(of: "http://", with: "")
+        let prelude = """
+            import socket, sys, time
+            host, port = sys.argv[1].rsplit(":", 1)
+            def connect():
+                s = socket.create_connection((host, int(port)), timeout=10)
+                return s
+            def ask(data, s=None):
+                s = s or connect()
+                s.sendall(data)
+                reply = b""
+                try:
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk: break
+                        reply += chunk
+                        if b"\\r\\n\\r\\n" in reply:
+                            head, _, rest = reply.partition(b"\\r\\n\\r\\n")
+                            length = [int(l.split(b":")[1]) for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")]
+                            if length and len(rest) >= length[0]: break
+                except socket.timeout:
+                    pass
+                return reply.split(b"\\r\\n")[0].decode()
+
+            """
+        let result = try run("/usr/bin/env", ["python3", "-c", prelude + script, host] + extra, timeout: 60)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        return result.stdout
+    }
+
+    @Test func malformedRequestsGetTheirOwnStatus() throws {
+        let collector = try CollectorProcess()
+        let out = try raw(
+            collector,
+            """
+            print(ask(b"GET /health HTTP/1.1\\r\\nX-Big: " + b"a" * 130000 + b"\\r\\n\\r\\n"))
+            print(ask(b"POST /sa HTTP/1.1\\r\\nContent-Length: 5\\r\\nContent-Length: 7\\r\\n\\r\\nhello"))
+            print(ask(b"POST /sa HTTP/1.1\\r\\nContent-Length: +5\\r\\n\\r\\nhello"))
+            print(ask(b"POST /sa HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"))
+            print(ask(b"POST /sa HTTP/1.1\\r\\nContent-Length: 99999999999\\r\\n\\r\\n"))
+            print(ask(b"GET /events?limit=-1 HTTP/1.1\\r\\n\\r\\n"))
+            s = connect()
+            s.sendall(b"GET /health HTTP/1.0\\r\\n\\r\\n")
+            time.sleep(0.5)
+            reply = s.recv(65536)
+            print(reply.split(b"\\r\\n")[0].decode(), b"Connection: close" in reply, s.recv(10) == b"")
+            """)
+        #expect(
+            out == """
+                HTTP/1.1 431 Request Header Fields Too Large
+                HTTP/1.1 400 Bad Request
+                HTTP/1.1 400 Bad Request
+                HTTP/1.1 411 Length Required
+                HTTP/1.1 413 Payload Too Large
+                HTTP/1.1 400 Bad Request
+                HTTP/1.0 200 OK True True
+
+                """, "\(out)")
+    }
+
+    /// 200 idle connections and 64 that send one byte now and then: a normal client is still
+    /// served at once, and the slow ones get 408 when their head is late.
+    @Test func slowAndIdleClientsStallNobody() throws {
+        let collector = try CollectorProcess(["--header-timeout", "3"])
+        let out = try raw(
+            collector,
+            """
+            idle = [connect() for _ in range(200)]
+            slow = [connect() for _ in range(64)]
+            for s in slow: s.sendall(b"P")
+            time.sleep(0.5)
+            for s in slow: s.sendall(b"O")
+            start = time.time()
+            status = ask(b"GET /health HTTP/1.1\\r\\nConnection: close\\r\\n\\r\\n")
+            print(status, time.time() - start < 1.0)
+            time.sleep(3.5)
+            late = [s.recv(200).split(b"\\r\\n")[0].decode() for s in slow[:3]]
+            print(late)
+            """)
+        #expect(
+            out == """
+                HTTP/1.1 200 OK True
+                ['HTTP/1.1 408 Request Timeout', 'HTTP/1.1 408 Request Timeout', 'HTTP/1.1 408 Request Timeout']
+
+                """, "\(out)")
+    }
+
+    @Test func aGzipBombIsTooLargeNotMalformed() throws {
+        let collector = try CollectorProcess()
+        let out = try raw(
+            collector,
+            """
+            import base64, zlib
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+            block = b"\\0" * (1 << 20)
+            bomb = b"".join(packer.compress(block) for _ in range(100)) + packer.flush()
+            data = base64.b64encode(bomb).decode()
+            body = ("gzip=1&data_list=" + data.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")).encode()
+            start = time.time()
+            print(len(bomb) < 200000, ask(b"POST /sa HTTP/1.1\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body), time.time() - start < 5)
+            """)
+        #expect(out == "True HTTP/1.1 413 Payload Too Large True\n", "\(out)")
+    }
+
+    @Test func overTheConnectionCapAClientIsToldToRetry() throws {
+        let collector = try CollectorProcess(["--max-connections", "4"])
+        let out = try raw(
+            collector,
+            """
+            held = [connect() for _ in range(4)]
+            time.sleep(0.3)
+            s = connect()
+            reply = s.recv(1000)
+            print(reply.split(b"\\r\\n")[0].decode(), b"Retry-After: 1" in reply)
+            for h in held: h.close()
+            time.sleep(0.3)
+            print(ask(b"GET /health HTTP/1.1\\r\\nConnection: close\\r\\n\\r\\n"))
+            """)
+        #expect(out == "HTTP/1.1 503 Service Unavailable True\nHTTP/1.1 200 OK\n", "\(out)")
+    }
+
+    /// Expect: 100-continue, a chunked body, and two requests pipelined on one connection.
+    @Test func continueChunkedAndPipelined() throws {
+        let collector = try CollectorProcess()
+        let batch = String(
+            decoding: try WireFormat.encode(events: [#"{"type":"track","event_id":"p1","event":"x","properties":{}}"#]),
+            as: UTF8.self)
+        let out = try raw(
+            collector,
+            """
+            body = sys.argv[2].encode()
+            s = connect()
+            s.sendall(b"POST /sa HTTP/1.1\\r\\nExpect: 100-continue\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body))
+            print(s.recv(100).split(b"\\r\\n")[0].decode())
+            print(ask(body, s))
+            chunked = b"POST /sa HTTP/1.1\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n%x\\r\\n%s\\r\\n0\\r\\n\\r\\n" % (len(body), body)
+            s = connect()
+            s.sendall(chunked + b"GET /health HTTP/1.1\\r\\n\\r\\n")
+            time.sleep(0.5)
+            replies = s.recv(65536)
+            print(replies.count(b"HTTP/1.1 200 OK"))
+            """, batch)
+        #expect(out == "HTTP/1.1 100 Continue\nHTTP/1.1 200 OK\n2\n", "\(out)")
+    }
+}
