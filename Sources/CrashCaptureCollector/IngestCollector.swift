@@ -40,6 +40,9 @@ package final class IngestCollector: @unchecked Sendable {
         package var headerTimeout = 10.0
         package var bodyTimeout = 60.0
         package var idleTimeout = 30.0
+        /// When set, uploads and `GET /events` must carry it (`?token=`, as the Sensors SDKs'
+        /// server URL does, or `Authorization: Bearer`). Required to listen beyond loopback.
+        package var token: String?
         package init() {}
     }
 
@@ -65,6 +68,12 @@ package final class IngestCollector: @unchecked Sendable {
         self.host = host
         self.faults = faults
         self.limits = limits
+        if !Self.isLoopback(host) && (limits.token ?? "").isEmpty {
+            throw CrashCaptureError.invalidArgument(
+                "listening on \(host) serves every stored event to whoever can reach it: give a token "
+                    + "(--token or CRASHCAPTURE_COLLECTOR_TOKEN) that uploads and GET /events must carry, or listen on 127.0.0.1"
+            )
+        }
         let existed = FileManager.default.fileExists(atPath: databasePath)
         store = try EventStore(path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max))
         database.start()
@@ -108,6 +117,18 @@ package final class IngestCollector: @unchecked Sendable {
             throw CrashCaptureError.io(
                 "cannot listen on \(host):\(requested) (\(error)); pick a free port, or 0 for any", path: nil)
         }
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
+    /// Whether a request carries the token, where one is set.
+    func authorized(_ request: Request) -> Bool {
+        guard let token = limits.token, !token.isEmpty else { return true }
+        let query = URLComponents(string: "http://x" + request.target)?.queryItems ?? []
+        if query.contains(where: { $0.name == "token" && $0.value == token }) { return true }
+        return request.headers["authorization"] == "Bearer " + token
     }
 
     private func admit() -> Bool {
@@ -189,6 +210,9 @@ package final class IngestCollector: @unchecked Sendable {
 
     func route(_ request: Request) -> Response {
         let path = request.path
+        if path != "/health" && !authorized(request) {
+            return Response(status: 401, body: "{\"error\":\"a token is required: ?token= or Authorization: Bearer\"}")
+        }
         switch (request.method, path) {
         case ("POST", "/sa"): return ingest(request.body)
         // The web SDK's image beacon: the record in the query, a 1×1 GIF back.

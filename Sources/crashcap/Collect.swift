@@ -56,6 +56,12 @@ extension Crashcap {
         @Option(help: "Largest request body in bytes (then 413).")
         var maxBody = 32 << 20
 
+        @Option(
+            help:
+                "Token uploads and GET /events must carry (?token= or Authorization: Bearer); required beyond loopback. Also CRASHCAPTURE_COLLECTOR_TOKEN."
+        )
+        var token: String?
+
         func validate() throws {
             if dropFirst < 0 || failFirst < 0 || delayMs < 0 {
                 throw ValidationError("fault counts must not be negative")
@@ -78,12 +84,14 @@ extension Crashcap {
             limits.idleTimeout = idleTimeout
             limits.maximumConnections = maxConnections
             limits.maximumBody = maxBody
+            limits.token = token ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_COLLECTOR_TOKEN"]
             let collector: IngestCollector
             do {
                 collector = try IngestCollector(
                     host: host, port: port, databasePath: db, faults: faults, limits: limits)
             } catch {
-                throw Crashcap.fail("\(error)", code: 69)
+                let usage = (error as? CrashCaptureError)?.kind == .invalidArgument
+                throw Crashcap.fail("\(error)", code: usage ? 64 : 69)
             }
             if let notice = collector.store.movedAsideNotice {
                 FileHandle.standardError.write(Data("crashcap: \(notice)\n".utf8))

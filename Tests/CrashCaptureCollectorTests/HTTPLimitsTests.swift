@@ -152,4 +152,21 @@ import Testing
             """, batch)
         #expect(out == "HTTP/1.1 100 Continue\nHTTP/1.1 200 OK\n2\n", "\(out)")
     }
+
+    /// Beyond loopback the collector would serve every event to anyone: it needs a token then,
+    /// and uploads and reads must carry it.
+    @Test func aTokenGuardsEverythingButHealth() throws {
+        let open = try run(
+            Paths.crashcap,
+            ["collect", "--host", "0.0.0.0", "--port", "0", "--db", makeTemporaryDirectory("open") + "/x.db"])
+        #expect(open.exitCode == 64 && open.stderr.contains("give a token"), "\(open.stderr)")
+        let collector = try CollectorProcess(["--host", "127.0.0.1", "--token", "s3cret"])
+        #expect(try collector.get("/events").0 == 401)
+        #expect(try collector.get("/events?token=wrong").0 == 401)
+        #expect(try collector.get("/events?token=s3cret").0 == 200)
+        #expect(try collector.get("/health").0 == 200)
+        let batch = try WireFormat.encode(events: [#"{"type":"track","event_id":"t1","event":"x","properties":{}}"#])
+        #expect(try collector.request("POST", "/sa", body: batch).0 == 401)
+        #expect(try collector.request("POST", "/sa?project=default&token=s3cret", body: batch).0 == 200)
+    }
 }
