@@ -73,9 +73,16 @@ struct UploadTarget: ParsableArguments {
         let before = store.count
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
-        print("uploaded \(stats.acceptedEvents) of \(before) events to \(endpoint)")
-        if stats.rejectedBatches > 0 {
-            print("\(stats.rejectedBatches) batches were refused by the server and kept in rejected_events")
+        print("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(endpoint))")
+        if stats.splitBatches > 0 {
+            print("\(stats.splitBatches) batches were too large (413) and sent again in halves")
+        }
+        if stats.rejectedEvents > 0 {
+            FileHandle.standardError.write(
+                Data(
+                    ("crashcap: \(stats.rejectedEvents) events were refused by the server and set aside in "
+                        + "rejected_events: \(stats.lastError ?? "")\n").utf8))
+            throw ExitCode(65)
         }
         if store.count > 0 {
             FileHandle.standardError.write(
@@ -179,7 +186,9 @@ extension Crashcap {
     struct Upload: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Upload the events pending in a directory's store.",
-            discussion: "Exit status 75 when events are left unsent (the server failed or time ran out).")
+            discussion:
+                "Exit status 65 when the server refused events for good (set aside in rejected_events), 75 when events are left unsent (the server failed or time ran out)."
+        )
 
         @OptionGroup var options: DirectoryOptions
         @OptionGroup var target: UploadTarget

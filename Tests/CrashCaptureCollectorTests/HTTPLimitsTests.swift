@@ -1,8 +1,9 @@
-import CrashCapture
 import CrashCaptureCollector
 import Foundation
 import TestSupport
 import Testing
+
+@testable import CrashCapture
 
 /// The collector's HTTP as an adversary and as old clients see it, over real sockets.
 @Suite struct HTTPLimitsTests {
@@ -168,5 +169,46 @@ import Testing
         let batch = try WireFormat.encode(events: [#"{"type":"track","event_id":"t1","event":"x","properties":{}}"#])
         #expect(try collector.request("POST", "/sa", body: batch).0 == 401)
         #expect(try collector.request("POST", "/sa?project=default&token=s3cret", body: batch).0 == 200)
+    }
+
+    /// A server that takes at most 3,000 bytes a request: batches answered 413 are sent again in
+    /// halves until they pass, one event too large alone is set aside and counted, and the
+    /// command says so with its exit status. The token in the URL never shows.
+    @Test func tooLargeBatchesAreSplitAndATooLargeEventSetAside() throws {
+        let collector = try CollectorProcess(["--max-body", "3000"])
+        let directory = makeTemporaryDirectory("split")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        // Text gzip cannot shrink much, so that request sizes are what they seem.
+        var seed: UInt64 = 42
+        func noise(_ count: Int) -> String {
+            let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+            return String(
+                (0..<count).map { _ in
+                    seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                    return letters[Int(seed >> 33) % letters.count]
+                })
+        }
+        var rows = (0..<20).map { index in
+            (
+                id: "e\(index)",
+                payload:
+                    #"{"type":"track","event_id":"e\#(index)","event":"small","properties":{"n":"\#(noise(250))"}}"#
+            )
+        }
+        rows.insert(
+            (
+                id: "big",
+                payload: #"{"type":"track","event_id":"big","event":"huge","properties":{"x":"\#(noise(20_000))"}}"#
+            ),
+            at: 7)
+        _ = try store.insert(rows)
+        let result = try run(
+            Paths.crashcap, ["upload", directory, "--upload", collector.url + "?project=p&token=hunter2"], timeout: 60)
+        #expect(result.exitCode == 65, "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("sent again in halves"), "\(result.stdout)")
+        #expect(result.stderr.contains("1 events were refused by the server and set aside"), "\(result.stderr)")
+        #expect(!(result.stdout + result.stderr).contains("hunter2"), "the token never shows")
+        let arrived = try collector.events().compactMap { $0["event_id"] as? String }
+        #expect(arrived == (0..<20).map { "e\($0)" }, "every small event once, in order")
     }
 }

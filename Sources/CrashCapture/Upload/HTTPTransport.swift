@@ -31,7 +31,7 @@ internal import Foundation
                     url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
                     body: .data(body))
             } catch {
-                result.value = .retry("cannot make a request to \(endpoint): \(error)")
+                result.value = .retry("cannot make a request to \(Uploader.redacted(endpoint)): \(error)")
                 return Uploader.InFlight(done: done, result: result, timeout: timeout, cancel: nil)
             }
             let task = client.execute(

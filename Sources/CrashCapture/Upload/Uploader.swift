@@ -49,6 +49,11 @@ package final class Uploader: @unchecked Sendable {
         package var acceptedEvents = 0
         package var failedAttempts = 0
         package var rejectedBatches = 0
+        /// Events the server refused for good (kept in `rejected_events`), one 413 at a time
+        /// included.
+        package var rejectedEvents = 0
+        /// Batches answered 413 and sent again as two halves.
+        package var splitBatches = 0
         package var lastError: String?
     }
 
@@ -60,6 +65,8 @@ package final class Uploader: @unchecked Sendable {
     private var flushScheduled = false
     private var failures = 0
     private var retryAt = Date.distantPast
+    /// After a 413: the size the batch that was too large is sent in, halved again on each 413.
+    private var claimLimit: Int?
     private var timer: DispatchSourceTimer?
     private var stats = Statistics()
 
@@ -96,7 +103,7 @@ package final class Uploader: @unchecked Sendable {
 
     package static func validate(_ url: URL, allowInsecureHTTP: Bool) throws {
         guard let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
-            throw CrashCaptureError.invalidArgument("server URL \(url) needs a scheme and a host")
+            throw CrashCaptureError.invalidArgument("server URL \(redacted(url)) needs a scheme and a host")
         }
         switch scheme {
         case "https": return
@@ -104,9 +111,9 @@ package final class Uploader: @unchecked Sendable {
             let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1" || host == "[::1]"
             if loopback || allowInsecureHTTP { return }
             throw CrashCaptureError.invalidArgument(
-                "server URL \(url) uses plain http to another machine; use https (or set allowInsecureHTTP)")
+                "server URL \(redacted(url)) uses plain http to another machine; use https (or set allowInsecureHTTP)")
         default:
-            throw CrashCaptureError.invalidArgument("server URL \(url) must be http or https")
+            throw CrashCaptureError.invalidArgument("server URL \(redacted(url)) must be http or https")
         }
     }
 
@@ -190,12 +197,24 @@ package final class Uploader: @unchecked Sendable {
             case .accepted:
                 failures = 0
                 retryAt = .distantPast
+                claimLimit = nil
                 stats.acceptedBatches += 1
                 stats.acceptedEvents += batch.events.count
                 lock.unlock()
                 accepted = batch
+            case .rejected(413, _) where batch.events.count > 1:
+                // Too large for the server: the same events again, in halves, until each half
+                // passes or a single event is left to be set aside.
+                stats.splitBatches += 1
+                claimLimit = max(1, batch.events.count / 2)
+                lock.unlock()
+                if let (claimed, _) = next { try? store.release(claimed) }
+                try? store.release(batch)
+                current = prepareNext(completing: nil)
+                continue
             case .rejected(let status, let reason):
                 stats.rejectedBatches += 1
+                stats.rejectedEvents += batch.events.count
                 stats.lastError = "HTTP \(status): \(reason)"
                 lock.unlock()
                 try? store.reject(batch, status: status, reason: reason)
@@ -228,7 +247,7 @@ package final class Uploader: @unchecked Sendable {
     private func prepareNext(completing finished: EventStore.Batch?) -> (EventStore.Batch, Data)? {
         let claimed: EventStore.Batch?
         do {
-            claimed = try store.completeAndClaim(finished, limit: options.batchSize)
+            claimed = try store.completeAndClaim(finished, limit: lock.withLock { claimLimit ?? options.batchSize })
         } catch {
             if let finished { try? store.complete(finished) }
             return nil
