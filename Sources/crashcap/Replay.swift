@@ -18,7 +18,10 @@ struct DirectoryOptions: ParsableArguments {
     @Option(help: "The event store (default: DIRECTORY/events.sqlite).")
     var store: String?
 
-    func openStore() throws -> EventStore {
+    func openStore() throws -> EventStore { try Self.openStore(directory: directory, store: store) }
+
+    /// The store of a capture directory (`store`, or DIRECTORY/events.sqlite), with clear errors.
+    static func openStore(directory: String, store: String? = nil) throws -> EventStore {
         try Crashcap.requireUTF8Path(directory)
         try store.map(Crashcap.requireUTF8Path)
         var isDirectory: ObjCBool = false

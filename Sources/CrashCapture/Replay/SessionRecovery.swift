@@ -329,8 +329,11 @@ package struct SessionRecovery: Sendable {
             let close = stat.lastIndex(of: ")")
         else { return false }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
-        // Field 3 (state) is the first after the command; starttime is field 22.
-        guard fields.count > 19, let ticks = UInt64(fields[19]) else { return false }
+        // Field 3 (state) is the first after the command; starttime is field 22. A zombie has
+        // ended: only its parent has not collected it yet.
+        guard fields.count > 19, let ticks = UInt64(fields[19]), fields[0] != "Z", fields[0] != "X" else {
+            return false
+        }
         return ticks == session.processStartTicks
     }
 

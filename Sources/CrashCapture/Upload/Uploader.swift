@@ -124,7 +124,7 @@ package final class Uploader: @unchecked Sendable {
     }
 
     /// Starts the periodic flush.
-    func start() {
+    package func start() {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + options.flushInterval, repeating: options.flushInterval)
         timer.setEventHandler { [weak self] in self?.flush(deadline: nil) }
