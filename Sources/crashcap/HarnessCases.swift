@@ -47,7 +47,8 @@ struct HarnessCase: Sendable {
         var threadsNotCaptured: [String: String] = [:]
         /// At least this many threads listed, every one captured.
         var allCapturedOf: Int? = nil
-        /// A substring of a function on the stack of a thread that crashed too.
+        /// A substring of a function on the stack of another thread that was crashing at the same
+        /// time (listed as crashed too, or still on its way into the fault when it was asked).
         var crashedToo: String? = nil
     }
 
@@ -214,7 +215,9 @@ enum HarnessMatrix {
                     threads: ["mallocer": "sample_malloc_forever"])),
             c(
                 "concurrent-2",
-                .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read", crashedToo: "sample_null_read")),
+                .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read", crashedToo: "sample_crash_together"
+                )),
             c("heap-corrupt", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
             c("malloc-lock", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
             c("loader-lock", .init(signal: SIGSEGV, frame: "sample_crash_in_phdr_callback")),

@@ -105,8 +105,12 @@ import Testing
         #expect(streaming.wait(timeout: 10))
         #expect(streaming.signal == SIGKILL)
         let delivered = try collector.events().count
-        // The next start recovers the rows that were in flight and sends everything left.
-        let second = try sample("pipeline-track", directory: directory, collector: collector, events: 0)
+        // The next start recovers the rows that were in flight and sends everything left: up to
+        // 80 batches at 15 ms each, so its exit flush gets more than the default 2 s when the
+        // machine is busy with the other suites.
+        let second = try sample(
+            "pipeline-track", directory: directory, collector: collector, events: 0,
+            extra: ["CRASH_SAMPLE_EXIT_FLUSH": "20"])
         #expect(second.exitCode == 0)
         let events = try collector.events()
         let ids = events.compactMap { $0["event_id"] as? String }
