@@ -20,9 +20,9 @@ def java_hash(text):
     return value - (1 << 32) if value >= (1 << 31) else value
 
 
-def body(batch):
+def body(batch, prefix):
     events = [
-        {"event_id": f"baseline-{batch}-{index}", "event": "bench_event", "properties": {"pad": "p" * 600, "index": index}}
+        {"type": "track", "event_id": f"{prefix}-{batch}-{index}", "event": "bench_event", "properties": {"pad": "p" * 600, "index": index}}
         for index in range(50)
     ]
     data = base64.b64encode(gzip.compress(json.dumps(events).encode())).decode()
@@ -32,17 +32,27 @@ def body(batch):
 def main():
     url = urllib.parse.urlparse(sys.argv[1])
     batches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
-    bodies = [body(batch) for batch in range(batches)]
+    prefix = sys.argv[3] if len(sys.argv) > 3 else "baseline"
+    bodies = [body(batch, prefix) for batch in range(batches)]
+    latencies = []
     connection = http.client.HTTPConnection(url.hostname, url.port)
     start = time.perf_counter()
     for payload in bodies:
+        sent = time.perf_counter()
         connection.request("POST", url.path, payload, {"Content-Type": "application/x-www-form-urlencoded"})
         response = connection.getresponse()
         response.read()
+        latencies.append(time.perf_counter() - sent)
         if response.status != 200:
             sys.exit(f"HTTP {response.status}")
     seconds = time.perf_counter() - start
-    print(f"{batches * 50 / seconds:.0f}")
+    if len(sys.argv) > 3:
+        # For the concurrent ingest benchmark: events/s and each request's latency in ms.
+        # Loop start and end on the shared wall clock, so that the overlap can be measured.
+        wall_end = time.time()
+        print(f"{wall_end - seconds:.6f} {wall_end:.6f} " + " ".join(f"{l * 1000:.3f}" for l in latencies))
+    else:
+        print(f"{batches * 50 / seconds:.0f}")
 
 
 main()

@@ -412,6 +412,45 @@ func pipelineBenchmarks(events: Int) throws {
     collector.stop()
 }
 
+/// The collector's ingest: 4 plain keep-alive clients at once (Python's http.client, each its
+/// own process), batches of 50 gzip'd events of about 700 bytes, over loopback.
+func ingestBenchmark(batches: Int) throws {
+    let collector = try IngestCollector(port: 0, databasePath: temporaryDirectory() + "/collector.sqlite")
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/upload_baseline.py"
+    let clients = try (0..<4).map { index in
+        try ChildProcess(
+            path: "/usr/bin/env", arguments: ["python3", script, collector.url, "\(batches)", "client\(index)"],
+            environment: ProcessInfo.processInfo.environment)
+    }
+    for client in clients { _ = client.wait(timeout: 600) }
+    // Each client prepares its bodies first (gzip, base64) and then times its requests: the
+    // rate is over the span from the first client's first request to the last one's last.
+    var latencies: [Double] = []
+    var starts: [Double] = []
+    var ends: [Double] = []
+    for client in clients {
+        let fields = client.stdout.split(separator: " ").compactMap {
+            Double($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        guard fields.count > 2 else { throw CrashCaptureError.io("an ingest client failed: \(client.stderr)") }
+        starts.append(fields[0])
+        ends.append(fields[1])
+        latencies += fields.dropFirst(2)
+    }
+    let seconds = ends.max()! - starts.min()!
+    let received = collector.store.count
+    collector.stop()
+    let stats = Statistics(latencies)
+    print("## Ingest: 4 concurrent clients, batches of 50, gzip, loopback\n")
+    print("| events stored | rate (first request to last answer) | request p50 | p99 |")
+    print("|---|---|---|---|")
+    print(
+        "| \(received) of \(4 * batches * 50) | \(format(Double(received) / seconds, 0)) events/s | \(format(stats.median, 2)) ms | \(format(stats.percentile(0.99), 2)) ms |"
+    )
+}
+
 /// `crashcap watch` as a sidecar: from a crashed process's death to its $AppCrashed being
 /// committed at the collector (loopback), one crash at a time.
 func watchBenchmark(runs: Int) throws {
@@ -692,9 +731,11 @@ case "journal":
     try journalBenchmarks(idleSeconds: option("--idle-seconds", default: 30))
 case "watch":
     try watchBenchmark(runs: option("--runs", default: 30))
+case "ingest":
+    try ingestBenchmark(batches: option("--batches", default: 500))
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N] | ingest [--batches N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -56,6 +56,9 @@ package final class IngestCollector: @unchecked Sendable {
     private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     /// SQLite's thread: one, so that stores are in arrival order.
     private let database = NIOThreadPool(numberOfThreads: 1)
+    /// Unpacking and checking uploads (base64, gzip, the JSON scan) takes most of a request's
+    /// time and needs no store: it runs beside SQLite, on threads of its own.
+    private let decoders = NIOThreadPool(numberOfThreads: 2)
     private var channel: Channel?
     private let lock = NSLock()
     private var uploadCount = 0
@@ -77,11 +80,13 @@ package final class IngestCollector: @unchecked Sendable {
         let existed = FileManager.default.fileExists(atPath: databasePath)
         store = try EventStore(path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max))
         database.start()
+        decoders.start()
         do {
             try bind(port)
         } catch {
             // A collector that cannot listen leaves nothing behind.
             try? database.syncShutdownGracefully()
+            try? decoders.syncShutdownGracefully()
             try? group.syncShutdownGracefully()
             if !existed {
                 for suffix in ["", "-wal", "-shm"] { unlink(databasePath + suffix) }
@@ -158,6 +163,7 @@ package final class IngestCollector: @unchecked Sendable {
         try? channel?.close().wait()
         try? group.syncShutdownGracefully()
         try? database.syncShutdownGracefully()
+        try? decoders.syncShutdownGracefully()
     }
 
     struct Request {
@@ -169,7 +175,7 @@ package final class IngestCollector: @unchecked Sendable {
         var path: String { target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target }
     }
 
-    struct Response {
+    struct Response: Sendable {
         var status: Int
         var data: Data
         var contentType: String
@@ -203,7 +209,18 @@ package final class IngestCollector: @unchecked Sendable {
             let failed = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
             return eventLoop.scheduleTask(in: delay) { failed }.futureResult
         }
-        let answer = database.runIfActive(eventLoop: eventLoop) { [self] in route(request) }
+        let answer: EventLoopFuture<Response>
+        if let upload = uploadBody(request) {
+            // Decoded beside the store, stored on the store's one thread.
+            answer = decoders.runIfActive(eventLoop: eventLoop) { [self] in decode(upload) }.flatMap {
+                (decoded: Decoded) in
+                self.database.runIfActive(eventLoop: eventLoop) { [self] in
+                    storeUpload(decoded, beacon: request.path == "/sa.gif")
+                }
+            }
+        } else {
+            answer = database.runIfActive(eventLoop: eventLoop) { [self] in route(request) }
+        }
         guard delay > .zero else { return answer.map { $0 } }
         return answer.flatMap { response in eventLoop.scheduleTask(in: delay) { response }.futureResult }
     }
@@ -213,14 +230,8 @@ package final class IngestCollector: @unchecked Sendable {
         if path != "/health" && !authorized(request) {
             return Response(status: 401, body: "{\"error\":\"a token is required: ?token= or Authorization: Bearer\"}")
         }
+        if let upload = uploadBody(request) { return storeUpload(decode(upload), beacon: path == "/sa.gif") }
         switch (request.method, path) {
-        case ("POST", "/sa"): return ingest(request.body)
-        // The web SDK's image beacon: the record in the query, a 1×1 GIF back.
-        case ("GET", "/sa.gif"), ("GET", "/sa"):
-            let query = request.target.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
-            let answer = ingest(Data(query.utf8))
-            guard answer.status == 200, path == "/sa.gif" else { return answer }
-            return Response(status: 200, data: Self.transparentGIF, contentType: "image/gif")
         case ("GET", "/events"): return listEvents(request.target)
         case ("GET", "/health"): return Response(status: 200, body: "{\"status\":\"ok\",\"events\":\(store.count)}")
         case (_, "/sa"), (_, "/events"), (_, "/health"):
@@ -232,14 +243,46 @@ package final class IngestCollector: @unchecked Sendable {
     /// The smallest transparent GIF, as beacons expect (43 bytes).
     static let transparentGIF = Data(base64Encoded: "R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")!
 
-    func ingest(_ body: Data) -> Response {
-        let rows: [(id: String, text: String)]
+    /// The form an upload carries: a POST's body, or the query of the web SDK's beacon
+    /// (`GET /sa.gif`, `GET /sa`). Nil for every other request, and for one without the token.
+    func uploadBody(_ request: Request) -> Data? {
+        guard request.path == "/sa" || request.path == "/sa.gif", authorized(request) else { return nil }
+        switch request.method {
+        case "POST" where request.path == "/sa": return request.body
+        case "GET":
+            let query = request.target.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+            return Data(query.utf8)
+        default: return nil
+        }
+    }
+
+    enum Decoded: Sendable {
+        case rows([(id: String, text: String)])
+        case refused(Response)
+    }
+
+    func decode(_ body: Data) -> Decoded {
         do {
-            rows = try WireFormat.decodeEvents(body: body, maximumInflated: limits.maximumInflated)
+            return .rows(try WireFormat.decodeEvents(body: body, maximumInflated: limits.maximumInflated))
         } catch {
             // A batch that inflates past the limit is too large, not malformed.
             let tooLarge = "\(error)".contains("inflated data exceeds")
-            return Response(status: tooLarge ? 413 : 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
+            return .refused(Response(status: tooLarge ? 413 : 400, body: "{\"error\":\(JSONText.quoted("\(error)"))}"))
+        }
+    }
+
+    /// Stores a decoded upload; the beacon's answer is a GIF.
+    func storeUpload(_ decoded: Decoded, beacon: Bool) -> Response {
+        let answer = ingest(decoded)
+        guard answer.status == 200, beacon else { return answer }
+        return Response(status: 200, data: Self.transparentGIF, contentType: "image/gif")
+    }
+
+    func ingest(_ decoded: Decoded) -> Response {
+        let rows: [(id: String, text: String)]
+        switch decoded {
+        case .rows(let decodedRows): rows = decodedRows
+        case .refused(let response): return response
         }
         do {
             // Stored exactly as each event arrived.
