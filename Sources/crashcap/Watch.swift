@@ -90,42 +90,57 @@ extension Crashcap {
                 if fds[1].revents != 0 { break }
                 guard fds[0].revents != 0 else { continue }
                 var touched = Set<Int>()
+                var closedSessions: [Int: Set<String>] = [:]
                 while true {
                     let count = read(inotify, &buffer, buffer.count)
                     if count <= 0 { break }
                     var offset = 0
                     while offset + MemoryLayout<inotify_event>.size <= count {
-                        let (descriptor, length, name) = buffer.withUnsafeBytes { raw -> (Int32, Int, String) in
+                        let (descriptor, mask, length, name) = buffer.withUnsafeBytes {
+                            raw -> (Int32, UInt32, Int, String) in
                             let event = raw.loadUnaligned(fromByteOffset: offset, as: inotify_event.self)
                             let start = offset + MemoryLayout<inotify_event>.size
                             let bytes = raw[start..<start + Int(event.len)].prefix { $0 != 0 }
-                            return (event.wd, Int(event.len), String(decoding: bytes, as: UTF8.self))
+                            return (event.wd, event.mask, Int(event.len), String(decoding: bytes, as: UTF8.self))
                         }
                         offset += MemoryLayout<inotify_event>.size + length
                         if let index = directoryOf[descriptor],
                             CrashFileLayout.isCrashFileName(name) || SessionFile.isSessionFileName(name)
                         {
                             touched.insert(index)
+                            if mask & UInt32(IN_CLOSE_WRITE) != 0,
+                                let session = SessionFile.sessionID(fromFileName: name)
+                            {
+                                closedSessions[index, default: []].insert(session)
+                            }
                         }
                     }
                 }
-                for index in touched.sorted() { recover(watched[index]) }
+                for index in touched.sorted() { recover(watched[index], closed: closedSessions[index] ?? []) }
             }
             for entry in watched { entry.uploader?.flushNow(deadline: Date().addingTimeInterval(2)) }
             print("stopped")
         }
 
         /// Recovers one directory and asks for an upload; prints what was imported.
-        func recover(_ entry: (directory: String, recovery: SessionRecovery, uploader: Uploader?)) {
+        func recover(
+            _ entry: (directory: String, recovery: SessionRecovery, uploader: Uploader?), closed: Set<String> = []
+        ) {
             var summary = entry.recovery.recoverAll()
-            // A process's session file is reported closed a moment before the kernel drops the
-            // process's lock on it: a session found busy is tried again, briefly.
+            // A session file is reported closed while its process is still going away: the
+            // kernel drops the process's lock, and the process leaves /proc, a moment later. A
+            // session whose file was just closed is tried again until it is, for up to 5 s.
             var tries = 0
-            while summary.sessions.contains(where: { $0.outcome == .busy }) && tries < 20 {
+            while tries < 100,
+                summary.sessions.contains(where: {
+                    closed.contains($0.sessionID) && ($0.outcome == .busy || $0.outcome == .alive)
+                })
+            {
                 tries += 1
                 usleep(50_000)
                 let again = entry.recovery.recoverAll()
-                summary.sessions = summary.sessions.filter { $0.outcome != .busy } + again.sessions
+                summary.sessions =
+                    summary.sessions.filter { $0.outcome != .busy && $0.outcome != .alive } + again.sessions
                 summary.crashFiles.files += again.crashFiles.files
             }
             for session in summary.sessions where session.outcome == .closed {

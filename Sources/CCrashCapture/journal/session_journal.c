@@ -470,7 +470,10 @@ int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const vo
     uint64_t position = atomic_load_explicit(j->reserved, memory_order_relaxed);
     for (;;) {
         uint64_t consumed = atomic_load_explicit(j->consumed, memory_order_acquire);
-        if (position + size - consumed > j->size) {
+        // `position` may be stale (other threads reserved, and the writer consumed, since it
+        // was read): then it lies behind `consumed`, the difference would wrap around and look
+        // like a full ring, and the compare-and-swap below fails anyway and brings it up to date.
+        if (position + size > consumed && position + size - consumed > j->size) {
             atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
             return -1;
         }
