@@ -451,6 +451,39 @@ func ingestBenchmark(batches: Int) throws {
     )
 }
 
+/// The collector's peak memory (VmHWM) under the hostile clients of the HTTP tests: 200 idle
+/// connections, 64 slow ones, four 1 GiB gzip bombs.
+func collectorMemory() throws {
+    let collector = try ChildProcess(
+        path: buildDirectory + "/crashcap",
+        arguments: [
+            "collect", "--port", "0", "--db", temporaryDirectory() + "/hostile.sqlite", "--header-timeout", "3",
+        ],
+        environment: ProcessInfo.processInfo.environment)
+    guard collector.waitForOutput("listening on"), let range = collector.stdout.range(of: "http://") else {
+        throw CrashCaptureError.io("collector did not start")
+    }
+    let address = collector.stdout[range.upperBound...].split(separator: "/").first.map(String.init) ?? ""
+    func peak() -> String {
+        let status = (try? String(contentsOfFile: "/proc/\(collector.pid)/status", encoding: .utf8)) ?? ""
+        return status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.map {
+            String($0.dropFirst(6)).trimmingCharacters(in: .whitespaces)
+        } ?? "?"
+    }
+    let before = peak()
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/hostile_clients.py"
+    let answers = try output("/usr/bin/env", ["python3", script, address, "3.5"], [:])
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+    let after = peak()
+    kill(collector.pid, SIGTERM)
+    print("## Collector memory under hostile clients (200 idle, 64 slow, four 1 GiB gzip bombs)\n")
+    print("| peak before | peak after | the bombs' answers |")
+    print("|---|---|---|")
+    print("| \(before) | \(after) | \(answers) |")
+}
+
 /// `crashcap watch` as a sidecar: from a crashed process's death to its $AppCrashed being
 /// committed at the collector (loopback), one crash at a time.
 func watchBenchmark(runs: Int) throws {
@@ -733,6 +766,8 @@ case "watch":
     try watchBenchmark(runs: option("--runs", default: 30))
 case "ingest":
     try ingestBenchmark(batches: option("--batches", default: 500))
+    print("")
+    try collectorMemory()
 default:
     FileHandle.standardError.write(
         "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N] | ingest [--batches N]\n"
