@@ -30,6 +30,8 @@ package final class IngestCollector: @unchecked Sendable {
         package var failStatus = 500
         /// Every response waits this long first.
         package var delayMilliseconds = 0
+        /// A Retry-After header (seconds) on the injected failures.
+        package var retryAfterSeconds: Int?
         package init() {}
     }
 
@@ -206,8 +208,10 @@ package final class IngestCollector: @unchecked Sendable {
         if let upload, upload < faults.dropFirst { return eventLoop.makeSucceededFuture(nil) }
         let delay: TimeAmount = upload != nil ? .milliseconds(Int64(faults.delayMilliseconds)) : .zero
         if let upload, upload < faults.dropFirst + faults.failFirst {
-            let failed = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
-            return eventLoop.scheduleTask(in: delay) { failed }.futureResult
+            var failed = Response(status: faults.failStatus, body: "{\"error\":\"fault injected\"}")
+            if let seconds = faults.retryAfterSeconds { failed.extraHeaders.append(("Retry-After", String(seconds))) }
+            let answer = failed
+            return eventLoop.scheduleTask(in: delay) { answer }.futureResult
         }
         let answer: EventLoopFuture<Response>
         if let upload = uploadBody(request) {

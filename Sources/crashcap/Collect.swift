@@ -41,6 +41,9 @@ extension Crashcap {
         @Option(help: "Wait this many ms before answering each upload (fault injection).")
         var delayMs = 0
 
+        @Option(help: "Send Retry-After with this many seconds on the --fail-first answers.")
+        var retryAfter: Int?
+
         @Option(help: "Seconds a request's head may take from its first byte (then 408).")
         var headerTimeout = 10.0
 
@@ -78,6 +81,7 @@ extension Crashcap {
             faults.failFirst = failFirst
             faults.failStatus = failStatus
             faults.delayMilliseconds = delayMs
+            faults.retryAfterSeconds = retryAfter
             var limits = IngestCollector.Limits()
             limits.headerTimeout = headerTimeout
             limits.bodyTimeout = bodyTimeout

@@ -41,4 +41,25 @@ import Testing
         }
         #expect(uploaders.reduce(0) { $0 + $1.statistics.failedAttempts } >= 20, "the faults were met")
     }
+
+    /// A 503 with Retry-After: 2 holds the next attempt back 2 s, though our own backoff would
+    /// have tried again after 50 ms.
+    @Test func retryAfterIsHonoured() throws {
+        let collector = try CollectorProcess(["--fail-first", "1", "--fail-status", "503", "--retry-after", "2"])
+        let store = try EventStore(path: makeTemporaryDirectory("retry-after") + "/events.sqlite")
+        _ = try store.insert([(id: "r1", payload: #"{"type":"track","event_id":"r1","event":"e","properties":{}}"#)])
+        var options = UploadOptions()
+        options.retryBaseDelay = 0.05
+        options.retryMaximumDelay = 10
+        let uploader = try Uploader(endpoint: URL(string: collector.url)!, store: store, options: options)
+        let start = Date()
+        uploader.flushNow(deadline: Date().addingTimeInterval(20))
+        let elapsed = Date().timeIntervalSince(start)
+        #expect(uploader.statistics.failedAttempts == 1)
+        #expect(
+            uploader.statistics.lastError?.contains("retry after 2 s") == true, "\(uploader.statistics.lastError ?? "")"
+        )
+        #expect(elapsed >= 2 && elapsed < 10, "waited \(elapsed) s")
+        #expect(try collector.events().count == 1)
+    }
 }

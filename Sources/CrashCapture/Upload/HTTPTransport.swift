@@ -38,7 +38,8 @@ internal import Foundation
                 request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
             task.futureResult.whenComplete { response in
                 switch response {
-                case .success(let (status, text)): result.value = Uploader.classify(status: status, text: text)
+                case .success(let (status, text, retryAfter)):
+                    result.value = Uploader.classify(status: status, text: text, retryAfter: retryAfter)
                 case .failure(let error): result.value = .retry("network error: \(error)")
                 }
                 done.signal()
@@ -51,13 +52,15 @@ internal import Foundation
     /// the rest go by: a server's answer never grows memory. `@unchecked`: async-http-client
     /// calls a delegate on one event loop, one callback at a time.
     private final class StatusAndText: HTTPClientResponseDelegate, @unchecked Sendable {
-        typealias Response = (status: Int, text: String)
+        typealias Response = (status: Int, text: String, retryAfter: String?)
         private static let keep = 300
         private var status = 0
+        private var retryAfter: String?
         private var start = ByteBuffer()
 
         func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
             status = Int(head.status.code)
+            retryAfter = head.headers.first(name: "retry-after")
             return task.eventLoop.makeSucceededVoidFuture()
         }
 
@@ -70,7 +73,7 @@ internal import Foundation
         }
 
         func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
-            (status, String(decoding: start.readableBytesView, as: UTF8.self))
+            (status, String(decoding: start.readableBytesView, as: UTF8.self), retryAfter)
         }
     }
 #else

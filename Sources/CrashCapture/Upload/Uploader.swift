@@ -41,6 +41,8 @@ package final class Uploader: @unchecked Sendable {
     package enum Outcome: Equatable, Sendable {
         case accepted
         case retry(String)
+        /// A 429 or 503 whose Retry-After asks for this many seconds at least.
+        case retryAfter(String, Double)
         case rejected(Int, String)
     }
 
@@ -218,11 +220,19 @@ package final class Uploader: @unchecked Sendable {
                 stats.lastError = "HTTP \(status): \(reason)"
                 lock.unlock()
                 try? store.reject(batch, status: status, reason: reason)
-            case .retry(let reason):
+            case .retry, .retryAfter:
+                let (reason, asked): (String, Double) =
+                    switch outcome {
+                    case .retryAfter(let text, let seconds): (text, seconds)
+                    case .retry(let text): (text, 0)
+                    default: ("", 0)
+                    }
                 failures += 1
                 stats.failedAttempts += 1
                 stats.lastError = reason
-                let delay = Self.backoff(failures: failures, options: options)
+                // The server's Retry-After wins over our backoff, within our longest delay.
+                let delay = max(
+                    Self.backoff(failures: failures, options: options), min(asked, options.retryMaximumDelay))
                 retryAt = Date().addingTimeInterval(delay)
                 lock.unlock()
                 // The next batch goes back too: nothing may overtake the one that failed.
@@ -267,6 +277,18 @@ package final class Uploader: @unchecked Sendable {
             addingToEach: "\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))")
     }
 
+    /// Retry-After as seconds or as an HTTP date; nil when it is neither.
+    static func retryAfterSeconds(_ value: String) -> Double? {
+        let text = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Double(text), seconds >= 0 { return seconds }
+        let format = DateFormatter()
+        format.locale = Locale(identifier: "en_US_POSIX")
+        format.timeZone = TimeZone(identifier: "GMT")
+        format.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = format.date(from: text) else { return nil }
+        return max(0, date.timeIntervalSinceNow)
+    }
+
     static func backoff(failures: Int, options: UploadOptions) -> Double {
         let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
         return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
@@ -304,9 +326,14 @@ package final class Uploader: @unchecked Sendable {
         HTTPTransport.post(body, to: endpoint, timeout: timeout)
     }
 
-    static func classify(status: Int, text: String) -> Outcome {
+    static func classify(status: Int, text: String, retryAfter: String? = nil) -> Outcome {
         switch status {
         case 200..<300: return .accepted
+        case 429, 503:
+            guard let seconds = retryAfter.flatMap(Self.retryAfterSeconds) else {
+                return .retry("HTTP \(status): \(text)")
+            }
+            return .retryAfter("HTTP \(status), retry after \(Int(seconds)) s: \(text)", seconds)
         case 403, 404, 408, 429, 500..<600: return .retry("HTTP \(status): \(text)")
         case 400..<500: return .rejected(status, text)
         default: return .retry("unexpected HTTP \(status)")
