@@ -95,6 +95,30 @@ import Testing
         #expect(prints.count == 3 && prints.allSatisfy { $0.count == 16 })
     }
 
+    /// A program crashing at every start: past five crashes of one site within the hour, the
+    /// later ones arrive as compact events with their count, without stacks.
+    @Test func aCrashLoopIsCompactedPastFiveRepeats() throws {
+        let directory = makeTemporaryDirectory("crash-loop")
+        for _ in 0..<8 {
+            let crashed = try run(
+                Paths.cSample, ["null-read"],
+                environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+            #expect(crashed.signal == SIGSEGV)
+        }
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        #expect(CrashReplayer(directory: directory, store: store).replayAll().count(.imported) == 8)
+        let crashes = try objects(store).filter { $0["event"] as? String == "$AppCrashed" }
+        let counts = crashes.compactMap { ($0["properties"] as? [String: Any])?["crash_repeat_count"] as? Int }
+        #expect(counts == Array(1...8), "\(counts)")
+        let compact = crashes.filter { ($0["properties"] as? [String: Any])?["crash_compact"] as? Bool == true }
+        #expect(compact.count == 3)
+        #expect(compact.allSatisfy { $0["crash"] == nil })
+        #expect(crashes.prefix(5).allSatisfy { $0["crash"] != nil }, "the first five keep their stacks")
+        // A crash noted twice (a replay killed and run again) counts once.
+        #expect(try store.noteCrash(fingerprint: "x", eventID: "a", timeMilliseconds: 10, window: 100).count == 1)
+        #expect(try store.noteCrash(fingerprint: "x", eventID: "a", timeMilliseconds: 10, window: 100).count == 1)
+    }
+
     @Test func importsOnceSymbolicatesAndDeletes() throws {
         let directory = try crashedDirectory()
         let file = crashFiles(in: directory)[0]

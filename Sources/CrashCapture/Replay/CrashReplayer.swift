@@ -38,6 +38,10 @@ package struct CrashReplayer: Sendable {
     package let symbolicator: Symbolicator
     /// Keep imported files in `archive/` instead of deleting them.
     package var archive = false
+    /// A crash loop: past this many crashes of one fingerprint within `crashLoopWindow`, later
+    /// ones are imported as compact events (fingerprint, title, count, times; no stacks).
+    package var crashLoopThreshold = 5
+    package var crashLoopWindowMilliseconds: Int64 = 3_600_000
 
     package init(directory: String, store: EventStore, symbolicator: Symbolicator = Symbolicator()) {
         self.directory = directory
@@ -52,10 +56,19 @@ package struct CrashReplayer: Sendable {
         self.symbolicator = symbolicator
     }
 
-    /// Crash files waiting in the directory, oldest name first.
+    /// Crash files waiting in the directory, oldest first (by the time their name was given,
+    /// the crash's; then by name), so that crash loops are counted in the order they happened.
     package func pendingFiles() -> [String] {
-        let names = folder?.names() ?? []
-        return names.filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }.sorted().map { directory + "/" + $0 }
+        guard let folder else { return [] }
+        let names = folder.names().filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }
+        let dated = names.map { name -> (name: String, time: Double) in
+            var info = stat()
+            let time =
+                fstatat(folder.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0
+                ? Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9 : 0
+            return (name, time)
+        }
+        return dated.sorted { ($0.time, $0.name) < ($1.time, $1.name) }.map { directory + "/" + $0.name }
     }
 
     package func replayAll(progress: ((Int, Int) -> Void)? = nil) -> Summary {
@@ -115,6 +128,7 @@ package struct CrashReplayer: Sendable {
             var event = event
             if event["event"] as? String == "$AppCrashed" {
                 event = enrich(event, report: report, breadcrumbs: breadcrumbs)
+                event = compactIfLooping(event, id: id)
             }
             rows.append((id, JSONText.serialize(event)))
         }
@@ -143,6 +157,33 @@ package struct CrashReplayer: Sendable {
             folder?.remove(name)
         }
         return result
+    }
+
+    /// One crash of many of the same site in a short time: its count and times are kept, its
+    /// stacks, registers, memory and breadcrumbs dropped, so that a program crashing at every
+    /// start does not flood the upload queue and the backend.
+    func compactIfLooping(_ event: [String: Any], id: String) -> [String: Any] {
+        guard var properties = event["properties"] as? [String: Any],
+            let fingerprint = properties["crash_fingerprint"] as? String,
+            let time = (event["time"] as? NSNumber)?.int64Value,
+            let seen = try? store.noteCrash(
+                fingerprint: fingerprint, eventID: id, timeMilliseconds: time, window: crashLoopWindowMilliseconds)
+        else { return event }
+        properties["crash_repeat_count"] = seen.count
+        var compacted = event
+        guard seen.count > crashLoopThreshold else {
+            compacted["properties"] = properties
+            return compacted
+        }
+        properties["crash_compact"] = true
+        properties["crash_first_time"] = seen.firstMilliseconds
+        properties["crash_breadcrumbs"] = nil
+        properties["app_crashed_reason"] =
+            (properties["crash_title"] as? String ?? "crash") + " (repeated \(seen.count) times since "
+            + "\(seen.firstMilliseconds); stacks left out of repeats)"
+        compacted["properties"] = properties
+        compacted["crash"] = nil
+        return compacted
     }
 
     /// Symbolicated frames into the event: names on each frame, and a readable reason.

@@ -231,6 +231,11 @@ package final class EventStore: @unchecked Sendable {
                     position INTEGER NOT NULL,
                     distinct_id TEXT NOT NULL,
                     login_id TEXT) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS crash_occurrences(
+                    fingerprint TEXT NOT NULL,
+                    event_id TEXT NOT NULL,
+                    time_ms INTEGER NOT NULL,
+                    PRIMARY KEY (fingerprint, event_id)) WITHOUT ROWID;
                 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
                 """)
         } catch let error as SQLiteError where error.isCorruption {
@@ -400,6 +405,33 @@ package final class EventStore: @unchecked Sendable {
         let delete = try statement("DELETE FROM journal_marks WHERE session_id = ?")
         try delete.bind(1, sessionID)
         _ = try delete.step()
+    }
+
+    /// Notes one crash of `fingerprint` (idempotent per event id) and returns how many crashes of
+    /// it fall in the `window` ms before and including `timeMilliseconds`, this one included,
+    /// with the first of them. Occurrences older than a day are forgotten as new ones come.
+    package func noteCrash(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws -> (
+        count: Int, firstMilliseconds: Int64
+    ) {
+        lock.lock()
+        defer { lock.unlock() }
+        let note = try statement(
+            "INSERT OR IGNORE INTO crash_occurrences(fingerprint, event_id, time_ms) VALUES (?, ?, ?)")
+        try note.bind(1, fingerprint)
+        try note.bind(2, eventID)
+        try note.bind(3, timeMilliseconds)
+        _ = try note.step()
+        let forget = try statement("DELETE FROM crash_occurrences WHERE time_ms < ?")
+        try forget.bind(1, timeMilliseconds - max(window, 86_400_000))
+        _ = try forget.step()
+        let count = try statement(
+            "SELECT COUNT(*), MIN(time_ms) FROM crash_occurrences WHERE fingerprint = ? AND time_ms > ? AND time_ms <= ?"
+        )
+        try count.bind(1, fingerprint)
+        try count.bind(2, timeMilliseconds - window)
+        try count.bind(3, timeMilliseconds)
+        guard try count.step() else { return (1, timeMilliseconds) }
+        return (Int(count.int64(0)), count.int64(1))
     }
 
     /// Whether an event id was ever stored with its id remembered (a lifecycle event, an import).
