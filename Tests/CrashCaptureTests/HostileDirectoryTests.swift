@@ -105,12 +105,13 @@ import Testing
     }
 
     /// SQLite's writes past the limit fail instead of raising SIGXFSZ: the app lives on, and
-    /// what was not stored stays in the session's journal.
+    /// what was not stored stays in the session's journal. 200 KiB (dash counts 512-byte
+    /// blocks): room for a new store's WAL, not for 5,000 events.
     @Test func theEventStoreUnderAFileSizeLimitKillsNothing() throws {
         let directory = makeTemporaryDirectory("fsize-store")
         let sample = "exec '\(Paths.swiftSample)' pipeline-track"
         let cramped = try run(
-            "/bin/sh", ["-c", "ulimit -f 200 && \(sample)"],
+            "/bin/sh", ["-c", "ulimit -f 400 && \(sample)"],
             environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "5000"], timeout: 60)
         #expect(cramped.exitCode == 0, "died of signal \(cramped.signal ?? 0)")
         #expect(cramped.stderr.contains("could not store"), "\(cramped.stderr)")

@@ -30,7 +30,7 @@ import Testing
         // A crash delivered at once while the collector is up.
         let crashed = try run(
             Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
-        #expect(crashed.signal == SIGSEGV)
+        #expect(crashed.signal == SIGSEGV, "exit \(crashed.exitCode ?? -1): \(crashed.stderr)")
         #expect(
             try waitFor({ try first!.events().contains { $0["event"] as? String == "$AppCrashed" } }, seconds: 10),
             "\(watch.stdout)")
@@ -38,7 +38,7 @@ import Testing
         first = nil
         let again = try run(
             Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
-        #expect(again.signal == SIGABRT)
+        #expect(again.signal == SIGABRT, "exit \(again.exitCode ?? -1): \(again.stderr)")
         #expect(
             waitFor({ watch.stdout.components(separatedBy: "crash file imported").count == 3 }, seconds: 10),
             "imported while the collector is down: \(watch.stdout)")
@@ -58,5 +58,27 @@ import Testing
         #expect(watch.wait(timeout: 10))
         #expect(watch.exitCode == 0)
         #expect(watch.stdout.hasSuffix("stopped\n"), "\(watch.stdout)")
+    }
+
+    /// The watch wakes the moment a session file appears: the app installing it must never
+    /// find its own session file taken (it was created, then locked: in between, a replay could
+    /// lock it first and install failed).
+    @Test func processesStartingUnderTheWatchAllInstall() throws {
+        let directory = makeTemporaryDirectory("watch-race")
+        let watch = try Child(Paths.crashcap, ["watch", directory])
+        #expect(watch.waitForOutput("watching"))
+        for _ in 0..<20 {
+            let crashed = try run(
+                Paths.cSample, ["null-read"],
+                environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+            #expect(crashed.signal == SIGSEGV, "exit \(crashed.exitCode ?? -1): \(crashed.stderr)")
+        }
+        #expect(
+            waitFor({ crashFiles(in: directory).isEmpty && !watch.stdout.contains("alive") }, seconds: 20),
+            "every crash imported: \(crashFiles(in: directory)) \(watch.stdout)")
+        kill(watch.pid, SIGTERM)
+        #expect(watch.wait(timeout: 10) && watch.exitCode == 0)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: directory).allSatisfy { !$0.hasPrefix(".session-") })
     }
 }

@@ -302,8 +302,13 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append_str(&path, "/");
     cc_buf_append_str(&path, cc_session.name);
     cc_session.path[path.len] = '\0';
+    // Made under a name no replay looks at, written and locked, then renamed into place: a
+    // replay (or `crashcap watch`, woken by its creation) never finds it empty or unlocked,
+    // and so never takes it for a dead session's, nor holds its lock while install wants it.
+    char temporary[96];
+    snprintf(temporary, sizeof(temporary), ".%s.tmp", cc_session.name);
     *step = "creating the session file";
-    int fd = openat(cc_global.dir_fd, cc_session.name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = openat(cc_global.dir_fd, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return errno;
     int err = 0;
     // The ring's space is allocated now: a page of a shared mapping that the filesystem cannot
@@ -325,9 +330,14 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
         mapped = mmap(NULL, header_size + ring_in_file, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (mapped == MAP_FAILED) err = errno;
     }
+    if (err == 0) {
+        *step = "naming the session file";
+        if (renameat(cc_global.dir_fd, temporary, cc_global.dir_fd, cc_session.name) != 0) err = errno;
+    }
     if (err != 0) {
+        if (mapped != MAP_FAILED) munmap(mapped, header_size + ring_in_file);
         close(fd);
-        unlinkat(cc_global.dir_fd, cc_session.name, 0);
+        unlinkat(cc_global.dir_fd, temporary, 0);
         return err;
     }
     // A forked child must never write into its parent's journal: it does not even inherit it.
