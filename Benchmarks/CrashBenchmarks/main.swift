@@ -364,7 +364,6 @@ func pipelineBenchmarks(events: Int) throws {
 
     // Upload: a store full of events, sent in batches of 50 to the collector over loopback.
     let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
-    collector.start()
     let uploadStore = try EventStore(path: directory + "/upload.sqlite")
     try uploadStore.insert(uploadPayloads)
     let pending = uploadStore.count

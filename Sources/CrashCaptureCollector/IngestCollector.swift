@@ -153,9 +153,6 @@ package final class IngestCollector: @unchecked Sendable {
         return "http://\(shown):\(port)/sa"
     }
 
-    /// Serving starts at init; kept for callers that start explicitly.
-    package func start() {}
-
     /// Blocks the calling thread until `stop()`.
     package func serve() {
         try? channel?.closeFuture.wait()
