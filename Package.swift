@@ -52,9 +52,11 @@ let package = Package(
             dependencies: ["CCrashFileFormat"],
             swiftSettings: strictSwift
         ),
+        // elfutils (libdw, libdebuginfod) reached through dlopen: nothing links against it.
+        .target(name: "CElfutils", cSettings: [.define("_GNU_SOURCE")]),
         .target(
             name: "CrashSymbolication",
-            dependencies: ["CrashFileFormat"],
+            dependencies: ["CrashFileFormat", "CElfutils"],
             swiftSettings: strictSwift
         ),
         .target(

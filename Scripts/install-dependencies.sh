@@ -2,7 +2,9 @@
 # Installs what building and testing need on Debian 12, beyond the Swift toolchain. A new
 # machine has none of it; a used one may have some: install only what is missing.
 set -eu
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc libc6-dev binutils python3 python3-pip time"
+# libdw1 and libdebuginfod1 are what symbolication loads at run time; libdw-dev's headers,
+# debuginfod, g++, xz-utils and curl serve the debug-info tests.
+packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"

@@ -69,6 +69,11 @@ typedef struct cc_state {
     size_t reserved_bytes;
     bool crash_line;  // one line on stderr at a crash
     bool record_arguments;  // the command line's arguments in the report, not only the program
+    // The directory held as many crash files or bytes as it may at install: a crash here is
+    // only noted in the session file, not given a report of its own.
+    bool over_bound;
+    size_t maximum_crash_files;
+    size_t maximum_crash_bytes;
     long clock_ticks;  // sysconf(_SC_CLK_TCK), read at install
     char container[32];  // "docker", "podman", "kubernetes", "container" or "none", found at install
     char cgroup_limit_file[PATH_MAX];  // the memory cgroup's limit and usage files; "" outside one

@@ -43,6 +43,9 @@ package struct SessionFile: Sendable {
     /// Where the crash path kept a crash file's bytes in this file, when the directory no
     /// longer took the crash file's name; nil when it did not have to.
     package var keptCrash: (offset: UInt64, size: UInt64)?
+    /// A crash that kept no report of its own (the directory was over its bound): signal
+    /// number, si_code and wall-clock time.
+    package var crashNotKept: (signal: Int32, code: Int32, wallMilliseconds: Int64)?
     /// The ring's size in bytes; 0 without a journal.
     package var ringSize: UInt64
     /// Borrowed from the caller, who keeps it open while entries are read.
@@ -120,7 +123,14 @@ package struct SessionFile: Sendable {
             bootID: text(CCF_SESSION_AT_BOOT_ID, 37), pidNamespace: u64(CCF_SESSION_AT_PID_NAMESPACE),
             contextText: contextText,
             keptCrash: u64(CCF_SESSION_AT_CRASH_OFFSET) == 0
-                ? nil : (u64(CCF_SESSION_AT_CRASH_OFFSET), u64(CCF_SESSION_AT_CRASH_SIZE)), ringSize: ringSize, fd: fd,
+                ? nil : (u64(CCF_SESSION_AT_CRASH_OFFSET), u64(CCF_SESSION_AT_CRASH_SIZE)),
+            crashNotKept: u32(CCF_SESSION_AT_NOT_KEPT_SIGNAL) == 0
+                ? nil
+                : (
+                    Int32(bitPattern: u32(CCF_SESSION_AT_NOT_KEPT_SIGNAL)),
+                    Int32(bitPattern: u32(CCF_SESSION_AT_NOT_KEPT_CODE)),
+                    Int64(bitPattern: u64(CCF_SESSION_AT_NOT_KEPT_WALL_MS))
+                ), ringSize: ringSize, fd: fd,
             path: path, headerSize: headerSize)
     }
 

@@ -20,20 +20,29 @@ public enum CrashFingerprint: Sendable {
         systemPrefixes.contains { name.hasPrefix($0) }
     }
 
-    /// The signal's name and the in-app frames that make the fingerprint, in order.
+    /// The signal's name and the in-app frames that make the fingerprint, in order, each by
+    /// its linkage name (so that how names are printed changes nothing).
     public static func key(signal: String, symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame]) -> [String] {
-        var parts = [signal]
+        [signal] + places(symbols: symbols, frames: frames).map(\.key)
+    }
+
+    /// The in-app places, innermost first: `key` for the hash, `name` for people.
+    static func places(symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame]) -> [(key: String, name: String)] {
+        var places: [(key: String, name: String)] = []
         for (index, symbol) in symbols.enumerated() where !isSystemModule(symbol.module) && symbol.module != "???" {
-            if let function = symbol.function {
-                parts.append(symbol.module + "!" + function)
-            } else if index < frames.count, let offset = frames[index].offset {
-                parts.append(symbol.module + "+0x" + String(offset, radix: 16))
-            } else {
-                continue
+            // Inlined functions count as frames of their own: the bug is in them whether or
+            // not the compiler inlined them in this build.
+            for frame in symbol.expanded {
+                if let function = frame.function {
+                    places.append((symbol.module + "!" + (frame.linkageName ?? function), function))
+                } else if frame == symbol.expanded.last, index < frames.count, let offset = frames[index].offset {
+                    let place = symbol.module + "+0x" + String(offset, radix: 16)
+                    places.append((place, place))
+                }
+                if places.count == frameCount { return places }
             }
-            if parts.count > frameCount { break }
         }
-        return parts
+        return places
     }
 
     /// 16 hex digits: FNV-1a (64 bits) of the key's lines. Not a secret, only stable.
@@ -52,12 +61,7 @@ public enum CrashFingerprint: Sendable {
     /// "SIGSEGV in MyApp.Parser.read(_:)": the signal and the first in-app function (or
     /// module+offset), or the first frame at all when none is the app's.
     public static func title(signal: String, symbols: [Symbolicator.Symbol], frames: [CrashReport.Frame]) -> String {
-        let key = key(signal: signal, symbols: symbols, frames: frames)
-        if key.count > 1 {
-            let place = key[1]
-            let function = place.split(separator: "!", maxSplits: 1).last.map(String.init) ?? place
-            return signal + " in " + function
-        }
+        if let first = places(symbols: symbols, frames: frames).first { return signal + " in " + first.name }
         if let first = symbols.first { return signal + " in " + (first.function ?? first.module) }
         return signal
     }

@@ -45,7 +45,33 @@ public enum Demangler: Sendable {
     }
 }
 
+@_silgen_name("_swift_backtrace_demangle")
+private func _swiftBacktraceDemangle(
+    _ mangledName: UnsafePointer<CChar>?, _ mangledNameLength: Int, _ outputBuffer: UnsafeMutablePointer<CChar>?,
+    _ outputBufferSize: UnsafeMutablePointer<Int>?
+) -> UnsafeMutablePointer<CChar>?
+
 extension Demangler {
+    /// A Swift name as the Swift backtracer prints it, qualified by its module
+    /// (`MyApp.Parser.read(_:)`: argument labels but no types, no return type), from the
+    /// runtime's own backtrace demangler; other names as `demangle` gives them.
+    public static func shortName(_ name: String) -> String {
+        guard name.hasPrefix("$s") || name.hasPrefix("_$s") || name.hasPrefix("$S") else { return demangle(name) }
+        let short = name.withCString { pointer -> String? in
+            guard let result = _swiftBacktraceDemangle(pointer, strlen(pointer), nil, nil) else { return nil }
+            defer { free(result) }
+            return String(cString: result)
+        }
+        let full = demangle(name)
+        guard let short else { return full }
+        // The backtracer leaves the module out; a crash title read away from the binary needs it.
+        guard let dot = full.firstIndex(of: "."), full.startIndex < dot,
+            full[..<dot].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" })
+        else { return short }
+        let module = full[..<dot]
+        return short.hasPrefix(module + ".") ? short : module + "." + short
+    }
+
     static func demangleCxx(_ name: String) -> String {
         var status: Int32 = 0
         guard let result = name.withCString({ _cxaDemangle($0, nil, nil, &status) }), status == 0 else { return name }

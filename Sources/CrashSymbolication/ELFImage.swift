@@ -1,8 +1,9 @@
 internal import CrashFileFormat
 internal import Foundation
 
-/// The parts of an ELF64 little-endian file that symbolication needs: the GNU build-id and
-/// the function symbols of `.symtab` (or, in a stripped file, `.dynsym`).
+/// The parts of an ELF64 little-endian file that naming functions needs when libdw is not
+/// installed: the GNU build-id and the function symbols of `.symtab` (or, in a stripped file,
+/// `.dynsym`).
 public struct ELFImage: Sendable {
     public struct Symbol: Sendable, Equatable {
         public let address: UInt64
@@ -16,8 +17,6 @@ public struct ELFImage: Sendable {
     public let symbols: [Symbol]
     /// Whether `symbols` came from the full symbol table, not only the dynamic one.
     public let hasFullSymbolTable: Bool
-    /// From `.debug_line`, when the file has one (and it is not compressed or damaged).
-    let lines: DWARFLineTable?
 
     public init(path: String) throws {
         guard let data = FileManager.default.contents(atPath: path) else {
@@ -50,25 +49,6 @@ public struct ELFImage: Sendable {
                     flags: try reader.u64(base + 8), offset: Int(try reader.u64(base + 0x18)),
                     size: Int(try reader.u64(base + 0x20)), link: Int(try reader.u32(base + 0x28)),
                     entrySize: Int(try reader.u64(base + 0x38))))
-        }
-        let namesIndex = Int(try reader.u16(0x3e))
-        var named: [String: Section] = [:]
-        if namesIndex < sections.count {
-            let names = sections[namesIndex]
-            for section in sections where section.nameOffset < names.size {
-                let name = try reader.cString(names.offset + section.nameOffset, limit: names.offset + names.size)
-                named[name] = section
-            }
-        }
-        func contents(_ name: String) -> ArraySlice<UInt8>? {
-            // SHF_COMPRESSED sections would need inflating first; they are not read.
-            guard let section = named[name], section.flags & 0x800 == 0, section.type != 8,
-                section.offset >= 0, section.size >= 0, section.offset <= bytes.count - section.size
-            else { return nil }
-            return bytes[section.offset..<section.offset + section.size]
-        }
-        lines = contents(".debug_line").flatMap {
-            try? DWARFLineTable(line: $0, lineStrings: contents(".debug_line_str"), strings: contents(".debug_str"))
         }
         buildID = Self.findBuildID(sections: sections, reader: reader)
         let full = sections.filter { $0.type == 2 }  // SHT_SYMTAB
@@ -103,9 +83,6 @@ public struct ELFImage: Sendable {
         }
         return nil
     }
-
-    /// The source file and line of an address, when the file carries line tables.
-    public func location(of address: UInt64) -> (file: String, line: Int)? { lines?.location(of: address) }
 
     struct Section {
         let nameOffset: Int

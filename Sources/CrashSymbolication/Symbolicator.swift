@@ -1,91 +1,127 @@
+internal import CElfutils
 public import CrashFileFormat
 internal import Foundation
 
-/// Turns module + offset into function names, matching each module by GNU build-id so that a
-/// rebuilt binary is never used to name the frames of another build. Images are read once and
-/// cached per path.
-/// `@unchecked`: the two caches are its only mutable state, and every access holds `lock`.
+/// Turns module + offset into functions, source positions and inline chains, on elfutils
+/// (libdw, loaded at first use). Each module is matched by GNU build-id, so a rebuilt binary is
+/// never used to name the frames of another build: when the file on disk is another build, the
+/// original is looked for by build-id in the symbol stores, the debug directories and, when
+/// `DEBUGINFOD_URLS` is set, on debuginfod. Without libdw, functions are still named from the
+/// symbol tables. Modules are opened once and every answer is cached.
+/// `@unchecked`: its caches are its only mutable state, and every access holds `lock` (libdw
+/// is not safe for concurrent use of one module either).
 public final class Symbolicator: @unchecked Sendable {
-    public struct Symbol: Sendable, Equatable {
-        public var function: String?
-        public var offsetInFunction: UInt64?
-        public var module: String
-        /// Why there is no function name, when there is none.
-        public var note: String?
-        /// From DWARF line tables, where the module has them.
-        public var file: String?
-        public var line: Int?
+    /// Where debug info is looked for, and how names are written.
+    public struct Options: Sendable, Equatable {
+        /// Directories `crashcap symbols add` fills: `.build-id/xx/rest` (the binary) and
+        /// `.build-id/xx/rest.debug` (its separate debug info).
+        public var symbolStores: [String]
+        /// Searched by build-id and by `.gnu_debuglink`, after the symbol stores.
+        public var debugDirectories: [String]
+        /// Swift names in full (`MyApp.Parser.read(Swift.Int) -> Swift.String`) rather than as
+        /// the Swift backtracer prints them (`Parser.read(_:)`).
+        public var fullSwiftNames: Bool
 
         public init(
-            function: String? = nil, offsetInFunction: UInt64? = nil, module: String, note: String? = nil,
-            file: String? = nil, line: Int? = nil
+            symbolStores: [String] = [], debugDirectories: [String] = ["/usr/lib/debug"], fullSwiftNames: Bool = false
+        ) {
+            self.symbolStores = symbolStores
+            self.debugDirectories = debugDirectories
+            self.fullSwiftNames = fullSwiftNames
+        }
+
+        /// The symbol stores of `CRASHCAPTURE_SYMBOLS` (a colon-separated list), and `extra`.
+        public static func fromEnvironment(adding extra: [String] = [], fullSwiftNames: Bool = false) -> Options {
+            let listed = (ProcessInfo.processInfo.environment["CRASHCAPTURE_SYMBOLS"] ?? "").split(separator: ":")
+                .map(String.init).filter { !$0.isEmpty }
+            return Options(symbolStores: extra + listed, fullSwiftNames: fullSwiftNames)
+        }
+    }
+
+    /// One function of an inline chain, with the source position reached in it.
+    public struct SourceFrame: Sendable, Equatable {
+        public var function: String?
+        /// As the binary spells it (mangled for Swift and C++).
+        public var linkageName: String?
+        public var file: String?
+        public var line: Int?
+        public var column: Int?
+
+        public init(function: String?, linkageName: String?, file: String?, line: Int?, column: Int?) {
+            self.function = function
+            self.linkageName = linkageName
+            self.file = file
+            self.line = line
+            self.column = column
+        }
+    }
+
+    public struct Symbol: Sendable, Equatable {
+        /// The function that holds the code (the outermost of an inline chain).
+        public var function: String?
+        public var linkageName: String?
+        public var offsetInFunction: UInt64?
+        public var module: String
+        /// Why there is no function name, or less than a full answer.
+        public var note: String?
+        /// Where in `function` the frame is, from DWARF line tables.
+        public var file: String?
+        public var line: Int?
+        public var column: Int?
+        /// Functions the compiler inlined at this place, innermost first; `function` is their
+        /// caller.
+        public var inlined: [SourceFrame]
+
+        public init(
+            function: String? = nil, linkageName: String? = nil, offsetInFunction: UInt64? = nil, module: String,
+            note: String? = nil, file: String? = nil, line: Int? = nil, column: Int? = nil, inlined: [SourceFrame] = []
         ) {
             self.function = function
+            self.linkageName = linkageName
             self.offsetInFunction = offsetInFunction
             self.module = module
             self.note = note
             self.file = file
             self.line = line
+            self.column = column
+            self.inlined = inlined
+        }
+
+        /// The inline chain and then the function itself, innermost first.
+        public var expanded: [SourceFrame] {
+            inlined + [
+                SourceFrame(function: function, linkageName: linkageName, file: file, line: line, column: column)
+            ]
         }
     }
 
-    private var images: [String: Result<ELFImage, CrashCaptureError>] = [:]
-    private var names: [String: String] = [:]
+    public let options: Options
+    private var modules: [String: LoadedModule] = [:]
+    private var answers: [AnswerKey: Symbol] = [:]
     private let lock = NSLock()
 
-    public init() {}
-
-    func image(at path: String) -> Result<ELFImage, CrashCaptureError> {
-        lock.lock()
-        defer { lock.unlock() }
-        if let cached = images[path] { return cached }
-        let loaded: Result<ELFImage, CrashCaptureError>
-        do {
-            loaded = .success(try ELFImage(path: path))
-        } catch let error as CrashCaptureError {
-            loaded = .failure(error)
-        } catch {
-            loaded = .failure(.io("\(error)"))
-        }
-        images[path] = loaded
-        return loaded
+    public init(options: Options = Options()) {
+        self.options = options
     }
 
-    private func moduleName(_ path: String) -> String {
-        lock.lock()
-        defer { lock.unlock() }
-        if let known = names[path] { return known }
-        let name = path.split(separator: "/").last.map(String.init) ?? path
-        names[path] = name
-        return name
+    /// Why functions are named from symbol tables only (no source positions, no inline
+    /// frames), or nil when libdw is loaded.
+    public static var elfutilsUnavailable: String? {
+        ccs_libdw_unavailable().map { String(cString: $0) }
     }
 
     /// `isReturnAddress`: every frame but the first holds the address after a call; look one
-    /// byte back so the call's own function is named, not whatever follows it.
+    /// byte back so the call's own function and line are named, not whatever follows it.
     public func symbolicate(
         modulePath: String, buildID: String, offset: UInt64, isReturnAddress: Bool
     ) -> Symbol {
-        let name = moduleName(modulePath)
-        guard !modulePath.isEmpty, modulePath.hasPrefix("/") else {
-            return Symbol(module: name.isEmpty ? "???" : name, note: "no file for this module")
-        }
-        switch image(at: modulePath) {
-        case .failure(let error):
-            return Symbol(module: name, note: "\(error)")
-        case .success(let image):
-            if !buildID.isEmpty, let fileID = image.buildID, fileID != buildID {
-                return Symbol(module: name, note: "build-id mismatch: the file on disk is another build")
-            }
-            let address = isReturnAddress && offset > 0 ? offset - 1 : offset
-            guard let (symbol, within) = image.symbol(containing: address) else {
-                return Symbol(module: name, note: "no symbol covers this address")
-            }
-            let adjusted = isReturnAddress && offset > 0 ? within + 1 : within
-            let location = image.location(of: address)
-            return Symbol(
-                function: Demangler.demangle(symbol.name), offsetInFunction: adjusted, module: name,
-                file: location?.file, line: location?.line)
-        }
+        lock.lock()
+        defer { lock.unlock() }
+        let key = AnswerKey(module: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)
+        if let known = answers[key] { return known }
+        let answer = lookUp(modulePath: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)
+        answers[key] = answer
+        return answer
     }
 
     /// Every frame of a report's crashing thread, named.
@@ -107,6 +143,234 @@ public final class Symbolicator: @unchecked Sendable {
             let module = modules[moduleIndex]
             return symbolicate(
                 modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: index > 0)
+        }
+    }
+
+    /// The file whose debug info names a module's frames, or why there is none; for
+    /// `crashcap symbols` and for saying what is missing.
+    public func debugFile(modulePath: String, buildID: String) -> Result<String, CrashCaptureError> {
+        lock.lock()
+        defer { lock.unlock() }
+        switch module(path: modulePath, buildID: buildID) {
+        case .elfutils(let module, _):
+            return module.debugFile()
+        case .symbolTable:
+            return .failure(.io(Self.elfutilsUnavailable ?? "no debug info"))
+        case .missing(let why):
+            return .failure(.io(why))
+        }
+    }
+
+    // MARK: - Lookup
+
+    private struct AnswerKey: Hashable {
+        let module: String
+        let buildID: String
+        let offset: UInt64
+        let isReturnAddress: Bool
+    }
+
+    private enum LoadedModule {
+        /// `origin`: how the file was found when it is not the module's own path.
+        case elfutils(ElfutilsModule, origin: String?)
+        case symbolTable(ELFImage)
+        case missing(String)
+    }
+
+    private func lookUp(modulePath: String, buildID: String, offset: UInt64, isReturnAddress: Bool) -> Symbol {
+        let name = modulePath.split(separator: "/").last.map(String.init) ?? modulePath
+        guard !modulePath.isEmpty, modulePath.hasPrefix("/") else {
+            return Symbol(module: name.isEmpty ? "???" : name, note: "no file for this module")
+        }
+        let address = isReturnAddress && offset > 0 ? offset - 1 : offset
+        switch module(path: modulePath, buildID: buildID) {
+        case .missing(let why):
+            return Symbol(module: name, note: why)
+        case .symbolTable(let image):
+            guard let (symbol, within) = image.symbol(containing: address) else {
+                return Symbol(module: name, note: "no symbol covers this address")
+            }
+            return Symbol(
+                function: displayName(symbol.name), linkageName: symbol.name,
+                offsetInFunction: isReturnAddress && offset > 0 ? within + 1 : within, module: name)
+        case .elfutils(let module, _):
+            var symbol = Symbol(module: name)
+            if let (linkage, within) = module.symbol(at: address) {
+                symbol.linkageName = linkage
+                symbol.function = displayName(linkage)
+                symbol.offsetInFunction = isReturnAddress && offset > 0 ? within + 1 : within
+            }
+            let chain = module.frames(at: address)
+            if let outer = chain.last {
+                // DWARF names the function when the symbol table does not (a stripped binary
+                // with its debug info elsewhere) and is the better name for local symbols.
+                if let linkage = outer.function {
+                    symbol.linkageName = linkage
+                    symbol.function = displayName(linkage)
+                }
+                symbol.file = outer.file
+                symbol.line = outer.line
+                symbol.column = outer.column
+                symbol.inlined = chain.dropLast().map {
+                    SourceFrame(
+                        function: $0.function.map(displayName), linkageName: $0.function, file: $0.file,
+                        line: $0.line, column: $0.column)
+                }
+            }
+            if symbol.function == nil { symbol.note = "no symbol covers this address" }
+            return symbol
+        }
+    }
+
+    private func displayName(_ linkage: String) -> String {
+        options.fullSwiftNames ? Demangler.demangle(linkage) : Demangler.shortName(linkage)
+    }
+
+    private func module(path: String, buildID: String) -> LoadedModule {
+        let key = path + "\u{0}" + buildID
+        if let known = modules[key] { return known }
+        let loaded = load(path: path, buildID: buildID)
+        modules[key] = loaded
+        return loaded
+    }
+
+    private var searchPath: String {
+        // libdwfl's syntax: the module's directory, its .debug/, then each directory by
+        // build-id and by debuglink; CRCs of debuglinked files are checked.
+        ([":.debug"] + (options.symbolStores + options.debugDirectories).filter { $0.hasPrefix("/") })
+            .joined(separator: ":")
+    }
+
+    private func load(path: String, buildID: String) -> LoadedModule {
+        guard Self.elfutilsUnavailable == nil else {
+            do {
+                let image = try ELFImage(path: path)
+                if !buildID.isEmpty, let fileID = image.buildID, fileID != buildID {
+                    return .missing("build-id mismatch: the file on disk is another build")
+                }
+                return .symbolTable(image)
+            } catch let error as CrashCaptureError {
+                return .missing("\(error)")
+            } catch {
+                return .missing("\(error)")
+            }
+        }
+        var why = "the file is gone"
+        switch ElfutilsModule.open(path: path, searchPath: searchPath) {
+        case .success(let module):
+            if buildID.isEmpty || module.buildID == nil || module.buildID == buildID {
+                return .elfutils(module, origin: nil)
+            }
+            why = "build-id mismatch: the file on disk is another build"
+        case .failure(let error):
+            why = "\(error)"
+        }
+        guard buildID.count >= 4, buildID.allSatisfy(\.isHexDigit) else { return .missing(why) }
+        // The build that crashed, by its build-id: stores first, then the debug directories.
+        let prefix = String(buildID.prefix(2))
+        let rest = String(buildID.dropFirst(2))
+        for directory in options.symbolStores + options.debugDirectories {
+            for candidate in [
+                "\(directory)/.build-id/\(prefix)/\(rest)", "\(directory)/.build-id/\(prefix)/\(rest).debug",
+            ]
+            where FileManager.default.fileExists(atPath: candidate) {
+                if case .success(let module) = ElfutilsModule.open(path: candidate, searchPath: searchPath),
+                    module.buildID == buildID
+                {
+                    return .elfutils(module, origin: candidate)
+                }
+            }
+        }
+        if let urls = ProcessInfo.processInfo.environment["DEBUGINFOD_URLS"], !urls.isEmpty {
+            for executable in [true, false] {
+                guard
+                    case .success(let downloaded) = ElfutilsModule.debuginfod(buildID: buildID, executable: executable)
+                else { continue }
+                if case .success(let module) = ElfutilsModule.open(path: downloaded, searchPath: searchPath),
+                    module.buildID == buildID
+                {
+                    return .elfutils(module, origin: downloaded)
+                }
+            }
+            why += ", and debuginfod has no build \(buildID)"
+        } else {
+            why += ", and no symbol store has build \(buildID)"
+        }
+        return .missing(why)
+    }
+}
+
+/// A C string written into `buffer`, up to its NUL.
+private func text(_ buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// One ELF file opened with libdwfl, with its debug info found on first use.
+final class ElfutilsModule {
+    private let handle: OpaquePointer
+    let buildID: String?
+
+    private init(handle: OpaquePointer) {
+        self.handle = handle
+        var hex = [CChar](repeating: 0, count: 2 * 64 + 1)
+        buildID = ccs_module_build_id(handle, &hex, hex.count) != 0 ? text(hex) : nil
+    }
+
+    deinit { ccs_module_close(handle) }
+
+    static func open(path: String, searchPath: String) -> Result<ElfutilsModule, CrashCaptureError> {
+        var error = [CChar](repeating: 0, count: 256)
+        guard let handle = ccs_module_open(path, searchPath, &error, error.count) else {
+            return .failure(.io(text(error), path: path))
+        }
+        return .success(ElfutilsModule(handle: handle))
+    }
+
+    /// Downloads by build-id into libdebuginfod's cache; the cached file's path.
+    static func debuginfod(buildID: String, executable: Bool) -> Result<String, CrashCaptureError> {
+        var bytes: [UInt8] = []
+        var index = buildID.startIndex
+        while let next = buildID.index(index, offsetBy: 2, limitedBy: buildID.endIndex), index != next {
+            guard let byte = UInt8(buildID[index..<next], radix: 16) else { break }
+            bytes.append(byte)
+            index = next
+        }
+        var path = [CChar](repeating: 0, count: Int(PATH_MAX))
+        var why = [CChar](repeating: 0, count: 256)
+        guard ccs_debuginfod_find(bytes, bytes.count, executable ? 1 : 0, &path, path.count, &why, why.count) != 0
+        else { return .failure(.io("debuginfod: " + text(why))) }
+        return .success(text(path))
+    }
+
+    func debugFile() -> Result<String, CrashCaptureError> {
+        var why = [CChar](repeating: 0, count: 256)
+        guard let file = ccs_module_debug_file(handle, &why, why.count) else {
+            return .failure(.io(text(why)))
+        }
+        return .success(String(cString: file))
+    }
+
+    func symbol(at address: UInt64) -> (name: String, offset: UInt64)? {
+        var offset: UInt64 = 0
+        guard let name = ccs_module_symbol(handle, address, &offset) else { return nil }
+        return (String(cString: name), offset)
+    }
+
+    struct Frame {
+        let function: String?
+        let file: String?
+        let line: Int?
+        let column: Int?
+    }
+
+    /// Innermost first; the last is the function that holds the code.
+    func frames(at address: UInt64) -> [Frame] {
+        var frames = [ccs_frame](repeating: ccs_frame(), count: 64)
+        let count = Int(ccs_module_frames(handle, address, &frames, Int32(frames.count)))
+        return frames.prefix(count).map {
+            Frame(
+                function: $0.function.map { String(cString: $0) }, file: $0.file.map { String(cString: $0) },
+                line: $0.line > 0 ? Int($0.line) : nil, column: $0.column > 0 ? Int($0.column) : nil)
         }
     }
 }

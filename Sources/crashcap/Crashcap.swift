@@ -13,7 +13,7 @@ struct Crashcap: ParsableCommand {
         commandName: "crashcap",
         abstract: "Capture, check, read and replay crash reports of Linux processes.",
         version: CrashCapture.version,
-        subcommands: [Harness.self, Show.self, Replay.self, Upload.self, Watch.self, Collect.self]
+        subcommands: [Harness.self, Show.self, Replay.self, Upload.self, Watch.self, Collect.self, Symbols.self]
     )
 
     /// The library's diagnostics (a damaged store moved aside, say) go to stderr, as the

@@ -112,6 +112,7 @@ extension Crashcap {
 
         @OptionGroup var options: DirectoryOptions
         @OptionGroup var target: UploadTarget
+        @OptionGroup var symbols: SymbolOptions
 
         @Flag(help: "Keep imported crash files in DIRECTORY/archive instead of deleting them.")
         var archive = false
@@ -122,7 +123,8 @@ extension Crashcap {
         mutating func run() throws {
             let store = try options.openStore()
             let endpoint = try target.endpoint
-            var replayer = CrashReplayer(directory: options.directory, store: store)
+            var replayer = CrashReplayer(
+                directory: options.directory, store: store, symbolicator: try symbols.symbolicator())
             replayer.archive = archive
             let recovery = SessionRecovery(replayer: replayer)
             let bar = ProgressBar(enabled: !json && isatty(STDERR_FILENO) == 1)

@@ -1,3 +1,4 @@
+internal import CrashCapture
 internal import CrashFileFormat
 internal import CrashSymbolication
 internal import Foundation
@@ -85,10 +86,18 @@ enum ReportRendering {
             let frame = frames[index]
             let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
             var line = indent + String(format: "#%-3d 0x%016llx ", index, frame.pc) + symbol.module
+            for inlined in symbol.inlined {
+                // The functions the compiler inlined here, innermost first, then their caller.
+                var inlinedLine = line + "  " + style.bold(inlined.function ?? "?") + style.dim(" [inlined]")
+                if let file = inlined.file, let number = inlined.line {
+                    inlinedLine += style.dim(" at \(file):\(number)" + (inlined.column.map { ":\($0)" } ?? ""))
+                }
+                lines.append(inlinedLine)
+            }
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
                 if let file = symbol.file, let number = symbol.line {
-                    line += style.dim(" at \(file):\(number)")
+                    line += style.dim(" at \(file):\(number)" + (symbol.column.map { ":\($0)" } ?? ""))
                 }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
@@ -206,8 +215,9 @@ enum ReportRendering {
                 if let function = symbol.function { entry["function"] = function }
                 if let within = symbol.offsetInFunction { entry["function_offset"] = within }
                 if let note = symbol.note { entry["note"] = note }
-                if let file = symbol.file { entry["file"] = file }
-                if let number = symbol.line { entry["line"] = number }
+                entry.merge(
+                    CrashReplayer.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)
+                ) { old, _ in old }
             }
             return entry
         }
@@ -232,14 +242,7 @@ enum ReportRendering {
             if !thread.crashed {
                 let named = symbolicator.symbolicate(thread, in: report)
                 entry["frames"] = zip(thread.frames, named).map { frame, symbol -> [String: Any] in
-                    var frameEntry: [String: Any] = [
-                        "pc": "0x" + String(frame.pc, radix: 16), "module_name": symbol.module,
-                    ]
-                    if let offset = frame.offset { frameEntry["offset"] = "0x" + String(offset, radix: 16) }
-                    if let function = symbol.function { frameEntry["function"] = function }
-                    if let file = symbol.file { frameEntry["file"] = file }
-                    if let number = symbol.line { frameEntry["line"] = number }
-                    return frameEntry
+                    CrashReplayer.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)
                 }
             }
             return entry

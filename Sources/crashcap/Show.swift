@@ -28,6 +28,8 @@ extension Crashcap {
         @Flag(help: "Never use colour, even on a terminal.")
         var noColor = false
 
+        @OptionGroup var symbols: SymbolOptions
+
         mutating func run() throws {
             try Crashcap.requireUTF8Path(path)
             var isDirectory: ObjCBool = false
@@ -51,7 +53,11 @@ extension Crashcap {
             } else {
                 files = [path]
             }
-            let symbolicator = Symbolicator()
+            let symbolicator = try symbols.symbolicator()
+            if let missing = Symbolicator.elfutilsUnavailable, !json {
+                FileHandle.standardError.write(
+                    Data("crashcap: \(missing); functions are named from symbol tables only\n".utf8))
+            }
             let style = TextStyle(enabled: !noColor && !json && isatty(STDOUT_FILENO) == 1)
             var damaged = false
             for file in files {

@@ -28,6 +28,7 @@ extension Crashcap {
         var directories: [String]
 
         @OptionGroup var target: UploadTarget
+        @OptionGroup var symbols: SymbolOptions
 
         mutating func run() throws {
             var watched: [(directory: String, recovery: SessionRecovery, uploader: Uploader?)] = []
@@ -46,7 +47,12 @@ extension Crashcap {
                     uploader?.start()
                 }
                 watched.append(
-                    (directory, SessionRecovery(replayer: CrashReplayer(directory: directory, store: store)), uploader))
+                    (
+                        directory,
+                        SessionRecovery(
+                            replayer: CrashReplayer(
+                                directory: directory, store: store, symbolicator: try symbols.symbolicator())), uploader
+                    ))
             }
             let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
             guard inotify >= 0 else { throw Crashcap.fail("inotify: \(String(cString: strerror(errno)))", code: 71) }

@@ -36,6 +36,15 @@ import Testing
         #expect(Demangler.demangle("$s4main3fooyyF") == "main.foo() -> ()")
         #expect(Demangler.demangle("sample_null_read") == "sample_null_read")
     }
+
+    @Test func shortSwiftNamesAreTheBacktracersQualifiedByModule() {
+        // MyApp.Parser.read(_:) -> Swift.Int, and a method of a stdlib type.
+        #expect(Demangler.shortName("$s5MyApp6ParserV4readySiSiF") == "MyApp.Parser.read(_:)")
+        #expect(Demangler.demangle("$s5MyApp6ParserV4readySiSiF") == "MyApp.Parser.read(Swift.Int) -> Swift.Int")
+        #expect(Demangler.shortName("$sSa6appendyyxnF") == "Swift.Array.append(_:)")
+        #expect(Demangler.shortName("sample_null_read") == "sample_null_read")
+        #expect(Demangler.shortName("_ZN6ledger7balanceEi") == "ledger::balance(int)")
+    }
 }
 
 @Suite struct DemanglerTests {
@@ -66,6 +75,7 @@ import Testing
         let report = try verifiedReport(in: directory, signal: "SIGSEGV")
         let top = try #require(Symbolicator().symbolicate(report).first)
         #expect(top.function?.contains("crashSwiftNullRead") == true)
+        #expect(top.function?.hasPrefix("crash_sample_swift.") == true, "module-qualified: \(top.function ?? "")")
         #expect(top.file?.hasSuffix("CrashSamples/Swift/main.swift") == true)
         #expect(
             top.line
@@ -84,8 +94,16 @@ import Testing
     }
 
     @Test func librariesWithoutDebugInfoStillGetNames() throws {
-        let image = try ELFImage(path: "/lib/x86_64-linux-gnu/libz.so.1")
+        let path = "/lib/x86_64-linux-gnu/libz.so.1"
+        let image = try ELFImage(path: path)
         let crc = try #require(image.symbols.first { $0.name == "crc32" })
-        #expect(image.location(of: crc.address) == nil)
+        let symbol = Symbolicator().symbolicate(
+            modulePath: path, buildID: image.buildID ?? "", offset: crc.address + 3, isReturnAddress: false)
+        #expect(symbol.function == "crc32")
+        #expect(symbol.offsetInFunction == 3)
+    }
+
+    @Test func elfutilsIsLoaded() {
+        #expect(Symbolicator.elfutilsUnavailable == nil)
     }
 }

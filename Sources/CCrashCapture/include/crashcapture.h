@@ -59,6 +59,12 @@ typedef struct crashcapture_config {
     /// Nonzero: the report's command line holds the program only, not its arguments (which may
     /// carry secrets). The environment is never recorded.
     int omit_arguments;
+    /// The crash directory's bound: when it already holds this many crash files (0: 64), or
+    /// crash and session files of this many bytes (0: 256 MiB), a crash keeps no report of its
+    /// own. The oldest unreplayed reports are kept; the session file notes the crash's signal,
+    /// and replay imports it as a compact $AppCrashed (`crash_not_kept`).
+    size_t maximum_crash_files;
+    size_t maximum_crash_bytes;
 } crashcapture_config;
 
 /// Installs the handlers. Returns 0, or -1 with crashcapture_last_error() set; a second

@@ -1,5 +1,6 @@
 // Install time: everything the crash path needs is prepared here, where allocation,
 // locks and formatting are allowed, so that crash_path.c only reads it.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -430,6 +431,40 @@ static void cc_after_fork(void) {
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk);
 
+// Whether the directory already holds as many crash files, or crash and session bytes, as
+// it may: a program that crashes at every start, with nobody replaying, must not fill the disk.
+// Counted once at install, where listing a directory costs nothing that matters.
+static bool cc_directory_over_bound(int dir_fd) {
+    // A descriptor of its own: a dup would share dir_fd's position, which later listings start from.
+    int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (listing < 0) return false;
+    DIR *directory = fdopendir(listing);
+    if (directory == NULL) {
+        close(listing);
+        return false;
+    }
+    size_t files = 0;
+    uint64_t bytes = 0;
+    size_t prefix = strlen(CCF_FILE_PREFIX);
+    size_t session_prefix = strlen(CCF_SESSION_FILE_PREFIX);
+    struct dirent *entry;
+    while ((entry = readdir(directory)) != NULL) {
+        size_t length = strlen(entry->d_name);
+        bool crash = length > prefix + 4 && strncmp(entry->d_name, CCF_FILE_PREFIX, prefix) == 0 &&
+                     strcmp(entry->d_name + length - 4, "." CCF_FILE_EXTENSION) == 0;
+        bool session = length > session_prefix + 4 &&
+                       strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, session_prefix) == 0 &&
+                       strcmp(entry->d_name + length - 4, "." CCF_SESSION_FILE_EXTENSION) == 0;
+        if (!crash && !session) continue;
+        struct stat status;
+        if (fstatat(dir_fd, entry->d_name, &status, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(status.st_mode)) continue;
+        if (crash) files++;
+        bytes += (uint64_t)status.st_blocks * 512;
+    }
+    closedir(directory);
+    return files >= cc_global.maximum_crash_files || bytes >= cc_global.maximum_crash_bytes;
+}
+
 int crashcapture_install(const crashcapture_config *config) {
     return cc_install(config, 0, CCF_LIFECYCLE_AT_REPLAY, false);
 }
@@ -494,6 +529,9 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.record_arguments = !config->omit_arguments;
     cc_global.clock_ticks = sysconf(_SC_CLK_TCK);
     cc_detect_container();
+    cc_global.maximum_crash_files = config->maximum_crash_files != 0 ? config->maximum_crash_files : 64;
+    cc_global.maximum_crash_bytes = config->maximum_crash_bytes != 0 ? config->maximum_crash_bytes : (size_t)256 << 20;
+    cc_global.over_bound = cc_directory_over_bound(dir_fd);
     const char *step;
     int err = cc_open_session_file(&step);
     if (err != 0) {

@@ -952,8 +952,28 @@ static bool cc_keep_in_session_file(const char *records, size_t len, uint64_t al
     return cc_write_at(fd, where, sizeof(where), CCF_SESSION_AT_CRASH_OFFSET) == 0 && fdatasync(fd) == 0;
 }
 
+static int cc_crash_signal;
+static int cc_crash_code;
+
+// Over the directory's bound: no report of its own, only the crash's signal in the session
+// file's header, durable before the process goes on dying.
+static bool cc_note_crash_not_kept(void) {
+    int fd = atomic_load(&cc_global.session_fd);
+    if (fd < 0) return false;
+    struct {
+        int32_t signal;
+        int32_t code;
+        int64_t wall_ms;
+    } note = {cc_crash_signal, cc_crash_code, cc_wall_ms()};
+    return cc_write_at(fd, &note, sizeof(note), CCF_SESSION_AT_NOT_KEPT_SIGNAL) == 0 && fdatasync(fd) == 0;
+}
+
 // Gives the unnamed file its name once its records are durable, then makes the name durable.
 static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed) {
+    if (cc_global.over_bound && cc_global.anonymous_file && fd == cc_global.fd) {
+        if (cc_note_crash_not_kept()) atomic_store(&cc_report_named, 3);
+        return;
+    }
     if (!cc_global.anonymous_file || fd != cc_global.fd) {
         atomic_store(&cc_report_named, 1);  // named since install
         return;
@@ -1008,8 +1028,12 @@ static void cc_write_crash_line(const cc_crash *c) {
         cc_buf_append_str(&b, "?");
     }
     int named = atomic_load(&cc_report_named);
-    cc_buf_append_str(&b, named == 1 ? "; report " : named == 2 ? "; report kept in the session file for " : "; no report written");
-    if (named != 0) cc_buf_append_str(&b, cc_global.file_path);
+    cc_buf_append_str(&b, named == 1   ? "; report "
+                          : named == 2 ? "; report kept in the session file for "
+                          : named == 3 ? "; no report kept: the crash directory is full (noted in its session file) "
+                                       : "; no report written");
+    if (named != 0 && named != 3) cc_buf_append_str(&b, cc_global.file_path);
+    if (named == 3) cc_buf_append_str(&b, cc_global.directory);
     cc_buf_append_str(&b, "\n");
     if (b.overflow) line[b.len - 1] = '\n';
     struct pollfd out = {.fd = STDERR_FILENO, .events = POLLOUT};
@@ -1017,6 +1041,8 @@ static void cc_write_crash_line(const cc_crash *c) {
 }
 
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
+    cc_crash_signal = signo;
+    cc_crash_code = info != NULL ? info->si_code : 0;
     // Give back the descriptors kept at install: libunwind's pipe (and a named crash file, if
     // one must be reopened) find room even when the process had none left.
     for (int i = 0; i < CC_RESERVED_FDS; i++) {

@@ -84,6 +84,11 @@ enum ccf_session_offset {
     // bytes are durable. 0: nothing kept.
     CCF_SESSION_AT_CRASH_OFFSET = 200,    // u64
     CCF_SESSION_AT_CRASH_SIZE = 208,      // u64
+    // A crash whose report was not kept (the directory was over its bound at install): its
+    // signal and si_code, then the wall-clock time; written after the fact, fdatasynced.
+    CCF_SESSION_AT_NOT_KEPT_SIGNAL = 216,  // i32, 0: none
+    CCF_SESSION_AT_NOT_KEPT_CODE = 220,    // i32
+    CCF_SESSION_AT_NOT_KEPT_WALL_MS = 224, // i64
 };
 
 enum ccf_session_lifecycle {

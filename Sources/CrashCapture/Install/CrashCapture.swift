@@ -1,6 +1,7 @@
 internal import CCrashCapture
 internal import CCrashFileFormat
 internal import CrashFileFormat
+internal import CrashSymbolication
 public import Foundation
 internal import Logging
 
@@ -57,6 +58,17 @@ public enum CrashCapture: Sendable {
         /// session file, reserved on disk at install; default 32 MiB, about 120,000 events). When
         /// it is full, track() drops and counts.
         public var journalBytes: Int
+        /// Symbol stores (`crashcap symbols add`) for naming the frames of earlier crashes at
+        /// replay, besides those of `CRASHCAPTURE_SYMBOLS`: a binary redeployed since the crash
+        /// is then still named from the build that crashed.
+        public var symbolStores: [String]
+        /// The crash directory's bound: past this many crash files, or bytes of crash and
+        /// session files, found at install, a crash keeps no report of its own and is replayed
+        /// as a compact `$AppCrashed` (`crash_not_kept`). The oldest reports are the ones kept.
+        public var maximumCrashFiles: Int
+        /// Bytes of crash and session files in the directory, at install, past which a crash
+        /// keeps no report of its own (see `maximumCrashFiles`).
+        public var maximumCrashBytes: Int
 
         /// A configuration with the defaults for everything but where and who.
         public init(
@@ -64,8 +76,12 @@ public enum CrashCapture: Sendable {
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
             eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20,
-            crashLineOnStderr: Bool = true, recordArguments: Bool = true
+            crashLineOnStderr: Bool = true, recordArguments: Bool = true, symbolStores: [String] = [],
+            maximumCrashFiles: Int = 64, maximumCrashBytes: Int = 256 << 20
         ) {
+            self.symbolStores = symbolStores
+            self.maximumCrashFiles = maximumCrashFiles
+            self.maximumCrashBytes = maximumCrashBytes
             self.crashLineOnStderr = crashLineOnStderr
             self.recordArguments = recordArguments
             self.directory = directory
@@ -161,6 +177,8 @@ public enum CrashCapture: Sendable {
                             config.reserved_bytes = configuration.reservedBytes
                             config.no_crash_line = configuration.crashLineOnStderr ? 0 : 1
                             config.omit_arguments = configuration.recordArguments ? 0 : 1
+                            config.maximum_crash_files = max(1, configuration.maximumCrashFiles)
+                            config.maximum_crash_bytes = max(1, configuration.maximumCrashBytes)
                             return crashcapture_install_sdk(
                                 &config, configuration.journalBytes, configuration.trackLifecycle ? 1 : 0)
                         }
@@ -367,7 +385,10 @@ extension CrashCapture {
         }
         // First on the writer queue: the integrity check, then the sessions and crash files of
         // earlier processes, so that the store keeps the order events happened in.
-        let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
+        let recovery = SessionRecovery(
+            replayer: CrashReplayer(
+                directory: directory, store: store,
+                symbolicator: Symbolicator(options: .fromEnvironment(adding: configuration.symbolStores))))
         pipeline.startBackgroundWork()
         pipeline.onWriter {
             if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {

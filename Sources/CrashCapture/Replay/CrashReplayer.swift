@@ -233,14 +233,43 @@ package struct CrashReplayer: Sendable {
         return event
     }
 
-    static func frameObject(pc: UInt64, offset: UInt64?, symbol: Symbolicator.Symbol) -> [String: Any] {
+    /// `linkageNames`: also the names as the binary spells them, for tools that compare.
+    package static func frameObject(
+        pc: UInt64, offset: UInt64?, symbol: Symbolicator.Symbol, linkageNames: Bool = false
+    ) -> [String: Any] {
         var object: [String: Any] = ["pc": "0x" + String(pc, radix: 16), "module_name": symbol.module]
         if let offset { object["offset"] = "0x" + String(offset, radix: 16) }
         if let function = symbol.function { object["function"] = function }
+        if linkageNames, let linkage = symbol.linkageName { object["linkage_name"] = linkage }
         if let within = symbol.offsetInFunction { object["function_offset"] = within }
-        if let file = symbol.file { object["file"] = file }
-        if let line = symbol.line { object["line"] = line }
+        object.merge(sourceObject(file: symbol.file, line: symbol.line, column: symbol.column)) { $1 }
+        if !symbol.inlined.isEmpty {
+            // Innermost first, as a debugger prints them, each positioned where it was reached.
+            object["inlined"] = symbol.inlined.map { frame -> [String: Any] in
+                var entry = sourceObject(file: frame.file, line: frame.line, column: frame.column)
+                if let function = frame.function { entry["function"] = function }
+                if linkageNames, let linkage = frame.linkageName { entry["linkage_name"] = linkage }
+                return entry
+            }
+        }
         return object
+    }
+
+    static func sourceObject(file: String?, line: Int?, column: Int?) -> [String: Any] {
+        var object: [String: Any] = [:]
+        if let file { object["file"] = file }
+        if let line { object["line"] = line }
+        if let column { object["column"] = column }
+        return object
+    }
+
+    /// `function at file:line:column`, as much of it as is known.
+    static func describe(function: String?, file: String?, line: Int?, column: Int?) -> String {
+        var text = function ?? "?"
+        if let file, let line {
+            text += " at \(file):\(line)" + (column.map { ":\($0)" } ?? "")
+        }
+        return text
     }
 
     /// The first lines of the handler's own text (signal, thread, message), then named frames,
@@ -252,9 +281,17 @@ package struct CrashReplayer: Sendable {
         for (index, frame) in report.frames.enumerated() {
             let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
             var line = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
+            for inlined in symbol.inlined {
+                lines.append(
+                    line + " [inlined] "
+                        + describe(
+                            function: inlined.function, file: inlined.file, line: inlined.line, column: inlined.column))
+            }
             if let function = symbol.function {
                 line += " " + function + " + \(symbol.offsetInFunction ?? 0)"
-                if let file = symbol.file, let number = symbol.line { line += " at \(file):\(number)" }
+                if let file = symbol.file, let number = symbol.line {
+                    line += " at \(file):\(number)" + (symbol.column.map { ":\($0)" } ?? "")
+                }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
             }

@@ -25,6 +25,9 @@ package struct SessionRecovery: Sendable {
         /// `$app_end_reason` of the $AppEnd this added; nil when the session already had one.
         package var endReason: String?
         package var crashFile: CrashReplayer.FileResult?
+        /// The process crashed with the directory over its bound: a compact $AppCrashed was
+        /// imported in place of a report.
+        package var crashNotKept = false
         package var problem: String?
     }
 
@@ -213,9 +216,23 @@ package struct SessionRecovery: Sendable {
             let breadcrumbs = Self.breadcrumbs(lastEvents)
             result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)
         }
+        if result.crashFile == nil, let notKept = session.crashNotKept,
+            try !store.hasRemembered(sessionID + "-crash")
+        {
+            let signal = SignalNames.name(of: notKept.signal)
+            let code = SignalNames.codeName(signal: notKept.signal, code: notKept.code)
+            let crashed = lifecycleEvent(
+                "$AppCrashed", id: sessionID + "-crash", time: notKept.wallMilliseconds,
+                extra:
+                    "\"app_crashed_reason\":\"\(signal) (\(code)): no report kept, the crash directory was over its bound\","
+                    + "\"crash_signal\":\(notKept.signal),\"crash_signal_name\":\"\(signal)\",\"crash_code_name\":\"\(code)\","
+                    + "\"crash_compact\":true,\"crash_not_kept\":true")
+            result.importedEvents += try store.insert([crashed], rememberIDs: true, context: shared(identity)).inserted
+            result.crashNotKept = true
+        }
         guard session.lifecycle != .none, try !store.hasRemembered(sessionID + "-end") else { return }
         if let crash = result.crashFile, crash.outcome == .skippedLive { return }
-        let reason = Self.endReason(session)
+        let reason = session.crashNotKept != nil ? "crash" : Self.endReason(session)
         let duration = Double(max(0, session.aliveMonotonicNanoseconds - session.startMonotonicNanoseconds)) / 1e9
         let end = lifecycleEvent(
             "$AppEnd", id: sessionID + "-end", time: session.aliveWallMilliseconds,

@@ -1,0 +1,398 @@
+#include "crashcapture_elfutils.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libdw_abi.h"
+
+static struct {
+    const char *unavailable;
+    Dwfl *(*begin)(const Dwfl_Callbacks *);
+    void (*end)(Dwfl *);
+    int (*error_number)(void);
+    const char *(*error_message)(int);
+    void (*report_begin)(Dwfl *);
+    Dwfl_Module *(*report_elf)(Dwfl *, const char *, const char *, int, Dwarf_Addr, bool);
+    int (*report_end)(Dwfl *, int (*)(Dwfl_Module *, void *, const char *, Dwarf_Addr, void *), void *);
+    int (*module_build_id)(Dwfl_Module *, const unsigned char **, Dwarf_Addr *);
+    const char *(*module_info)(
+        Dwfl_Module *, void ***, Dwarf_Addr *, Dwarf_Addr *, Dwarf_Addr *, Dwarf_Addr *, const char **,
+        const char **);
+    Dwarf *(*module_getdwarf)(Dwfl_Module *, Dwarf_Addr *);
+    const char *(*module_addrinfo)(Dwfl_Module *, Dwarf_Addr, Dwarf_Addr *, Elf64_Sym *, uint32_t *, Elf **, Dwarf_Addr *);
+    Dwarf_Die *(*module_addrdie)(Dwfl_Module *, Dwarf_Addr, Dwarf_Addr *);
+    Dwfl_find_elf *build_id_find_elf;
+    Dwfl_find_debuginfo *standard_find_debuginfo;
+    Dwfl_section_address *offline_section_address;
+    int (*child)(Dwarf_Die *, Dwarf_Die *);
+    int (*siblingof)(Dwarf_Die *, Dwarf_Die *);
+    int (*haspc)(Dwarf_Die *, Dwarf_Addr);
+    int (*tag)(Dwarf_Die *);
+    Dwarf_Attribute *(*attr_integrate)(Dwarf_Die *, unsigned int, Dwarf_Attribute *);
+    const char *(*formstring)(Dwarf_Attribute *);
+    int (*formudata)(Dwarf_Attribute *, Dwarf_Word *);
+    int (*getsrcfiles)(Dwarf_Die *, Dwarf_Files **, size_t *);
+    const char *(*filesrc)(Dwarf_Files *, size_t, Dwarf_Word *, Dwarf_Word *);
+    Dwarf_Die *(*diecu)(Dwarf_Die *, Dwarf_Die *, uint8_t *, uint8_t *);
+    Dwarf_Die *(*module_nextcu)(Dwfl_Module *, Dwarf_Die *, Dwarf_Addr *);
+    ptrdiff_t (*ranges)(Dwarf_Die *, ptrdiff_t, Dwarf_Addr *, Dwarf_Addr *, Dwarf_Addr *);
+    Dwarf_Line *(*getsrc_die)(Dwarf_Die *, Dwarf_Addr);
+    const char *(*linesrc)(Dwarf_Line *, Dwarf_Word *, Dwarf_Word *);
+    int (*lineno)(Dwarf_Line *, int *);
+    int (*linecol)(Dwarf_Line *, int *);
+} dw;
+
+static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
+
+#define RESOLVE(field, symbol)                                                                                     \
+    do {                                                                                                           \
+        *(void **)&dw.field = dlsym(library, symbol);                                                              \
+        if (dw.field == NULL) {                                                                                    \
+            dw.unavailable = "libdw.so.1 lacks " symbol;                                                          \
+            return;                                                                                                \
+        }                                                                                                          \
+    } while (0)
+
+static void load_libdw(void) {
+    void *library = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) {
+        dw.unavailable = "libdw.so.1 is not installed (Debian: apt-get install libdw1)";
+        return;
+    }
+    RESOLVE(begin, "dwfl_begin");
+    RESOLVE(end, "dwfl_end");
+    RESOLVE(error_number, "dwfl_errno");
+    RESOLVE(error_message, "dwfl_errmsg");
+    RESOLVE(report_begin, "dwfl_report_begin");
+    RESOLVE(report_elf, "dwfl_report_elf");
+    RESOLVE(report_end, "dwfl_report_end");
+    RESOLVE(module_build_id, "dwfl_module_build_id");
+    RESOLVE(module_info, "dwfl_module_info");
+    RESOLVE(module_getdwarf, "dwfl_module_getdwarf");
+    RESOLVE(module_addrinfo, "dwfl_module_addrinfo");
+    RESOLVE(module_addrdie, "dwfl_module_addrdie");
+    RESOLVE(build_id_find_elf, "dwfl_build_id_find_elf");
+    RESOLVE(standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+    RESOLVE(offline_section_address, "dwfl_offline_section_address");
+    RESOLVE(child, "dwarf_child");
+    RESOLVE(siblingof, "dwarf_siblingof");
+    RESOLVE(haspc, "dwarf_haspc");
+    RESOLVE(tag, "dwarf_tag");
+    RESOLVE(attr_integrate, "dwarf_attr_integrate");
+    RESOLVE(formstring, "dwarf_formstring");
+    RESOLVE(formudata, "dwarf_formudata");
+    RESOLVE(getsrcfiles, "dwarf_getsrcfiles");
+    RESOLVE(filesrc, "dwarf_filesrc");
+    RESOLVE(diecu, "dwarf_diecu");
+    RESOLVE(module_nextcu, "dwfl_module_nextcu");
+    RESOLVE(ranges, "dwarf_ranges");
+    RESOLVE(getsrc_die, "dwarf_getsrc_die");
+    RESOLVE(linesrc, "dwarf_linesrc");
+    RESOLVE(lineno, "dwarf_lineno");
+    RESOLVE(linecol, "dwarf_linecol");
+    dw.unavailable = NULL;
+}
+
+const char *ccs_libdw_unavailable(void) {
+    pthread_once(&dw_once, load_libdw);
+    return dw.unavailable;
+}
+
+typedef struct {
+    Dwarf_Addr start;
+    Dwarf_Addr end;
+    Dwarf_Die unit;
+} unit_range;
+
+struct ccs_module {
+    Dwfl_Callbacks callbacks;
+    char *debuginfo_path;
+    Dwfl *dwfl;
+    Dwfl_Module *module;
+    // Compilation units by address, from each unit's own ranges: for files without
+    // .debug_aranges (clang and swiftc emit none), which libdw 0.188 needs to find a unit.
+    unit_range *units;
+    size_t unit_count;
+    int units_read;
+};
+
+static void copy_message(char *destination, size_t size, const char *message) {
+    if (destination != NULL && size > 0) snprintf(destination, size, "%s", message);
+}
+
+ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size) {
+    const char *unavailable = ccs_libdw_unavailable();
+    if (unavailable != NULL) {
+        copy_message(error, error_size, unavailable);
+        return NULL;
+    }
+    ccs_module *module = calloc(1, sizeof *module);
+    if (module == NULL) {
+        copy_message(error, error_size, strerror(ENOMEM));
+        return NULL;
+    }
+    module->debuginfo_path = debuginfo_path != NULL ? strdup(debuginfo_path) : NULL;
+    module->callbacks.find_elf = dw.build_id_find_elf;
+    module->callbacks.find_debuginfo = dw.standard_find_debuginfo;
+    module->callbacks.section_address = dw.offline_section_address;
+    module->callbacks.debuginfo_path = module->debuginfo_path != NULL ? &module->debuginfo_path : NULL;
+    module->dwfl = dw.begin(&module->callbacks);
+    if (module->dwfl == NULL) {
+        copy_message(error, error_size, dw.error_message(-1));
+        ccs_module_close(module);
+        return NULL;
+    }
+    dw.report_begin(module->dwfl);
+    // Given to libdwfl, which closes it with the module. Links are followed: the loader
+    // names libraries by their soname links.
+    int descriptor = open(path, O_RDONLY | O_CLOEXEC);
+    if (descriptor < 0) {
+        copy_message(error, error_size, strerror(errno));
+        ccs_module_close(module);
+        return NULL;
+    }
+    module->module = dw.report_elf(module->dwfl, path, path, descriptor, 0, false);
+    if (module->module == NULL) {
+        copy_message(error, error_size, dw.error_message(-1));
+        close(descriptor);
+        ccs_module_close(module);
+        return NULL;
+    }
+    dw.report_end(module->dwfl, NULL, NULL);
+    return module;
+}
+
+void ccs_module_close(ccs_module *module) {
+    if (module == NULL) return;
+    if (module->dwfl != NULL) dw.end(module->dwfl);
+    free(module->units);
+    free(module->debuginfo_path);
+    free(module);
+}
+
+int ccs_module_build_id(ccs_module *module, char *hex, size_t hex_size) {
+    const unsigned char *bits = NULL;
+    Dwarf_Addr address = 0;
+    int length = dw.module_build_id(module->module, &bits, &address);
+    if (length <= 0 || (size_t)length * 2 + 1 > hex_size) return 0;
+    for (int index = 0; index < length; index++) snprintf(hex + 2 * index, 3, "%02x", bits[index]);
+    return 1;
+}
+
+const char *ccs_module_debug_file(ccs_module *module, char *why, size_t why_size) {
+    Dwarf_Addr bias = 0;
+    if (dw.module_getdwarf(module->module, &bias) == NULL) {
+        copy_message(why, why_size, dw.error_message(-1));
+        return NULL;
+    }
+    const char *main_file = NULL;
+    const char *debug_file = NULL;
+    dw.module_info(module->module, NULL, NULL, NULL, NULL, NULL, &main_file, &debug_file);
+    return debug_file != NULL ? debug_file : main_file;
+}
+
+const char *ccs_module_symbol(ccs_module *module, uint64_t address, uint64_t *offset) {
+    Elf64_Sym symbol;
+    Dwarf_Addr within = 0;
+    const char *name = dw.module_addrinfo(module->module, address, &within, &symbol, NULL, NULL, NULL);
+    if (name != NULL && offset != NULL) *offset = within;
+    return name;
+}
+
+static const char *function_name(Dwarf_Die *die) {
+    Dwarf_Attribute attribute;
+    static const unsigned int names[] = {CC_DW_AT_linkage_name, CC_DW_AT_MIPS_linkage_name, CC_DW_AT_name};
+    for (size_t index = 0; index < sizeof names / sizeof names[0]; index++) {
+        if (dw.attr_integrate(die, names[index], &attribute) != NULL) {
+            const char *name = dw.formstring(&attribute);
+            if (name != NULL) return name;
+        }
+    }
+    return NULL;
+}
+
+static int unsigned_attribute(Dwarf_Die *die, unsigned int name, Dwarf_Word *value) {
+    Dwarf_Attribute attribute;
+    return dw.attr_integrate(die, name, &attribute) != NULL && dw.formudata(&attribute, value) == 0;
+}
+
+static int compare_ranges(const void *left, const void *right) {
+    const unit_range *a = left;
+    const unit_range *b = right;
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static void read_unit_ranges(ccs_module *module) {
+    module->units_read = 1;
+    size_t capacity = 0;
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *unit = NULL;
+    while ((unit = dw.module_nextcu(module->module, unit, &bias)) != NULL) {
+        Dwarf_Addr base = 0;
+        Dwarf_Addr start = 0;
+        Dwarf_Addr end = 0;
+        ptrdiff_t offset = 0;
+        while ((offset = dw.ranges(unit, offset, &base, &start, &end)) > 0) {
+            if (end <= start) continue;
+            if (module->unit_count == capacity) {
+                size_t grown = capacity == 0 ? 64 : capacity * 2;
+                unit_range *larger = realloc(module->units, grown * sizeof *larger);
+                if (larger == NULL) return;
+                module->units = larger;
+                capacity = grown;
+            }
+            module->units[module->unit_count++] = (unit_range){start, end, *unit};
+        }
+    }
+    qsort(module->units, module->unit_count, sizeof *module->units, compare_ranges);
+}
+
+/// The unit holding `address` (a DWARF address), by aranges when the file has them, else by
+/// the units' own ranges.
+static Dwarf_Die *unit_at(ccs_module *module, Dwarf_Addr address, Dwarf_Addr *bias) {
+    Dwarf_Die *unit = dw.module_addrdie(module->module, address + *bias, bias);
+    if (unit != NULL) return unit;
+    if (!module->units_read) read_unit_ranges(module);
+    size_t low = 0;
+    size_t high = module->unit_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (module->units[middle].start <= address) low = middle + 1;
+        else high = middle;
+    }
+    // Ranges of different units rarely overlap; look back a little in case they do.
+    for (size_t index = low; index > 0 && low - index < 8; index--) {
+        unit_range *range = &module->units[index - 1];
+        if (address >= range->start && address < range->end) return &range->unit;
+    }
+    return NULL;
+}
+
+/// Fills `chain` from `depth` on with the functions (out-of-line, then inlined, outermost
+/// first) whose code holds `address`, and returns the new depth. Our own walk rather than
+/// dwarf_getscopes: that one prunes every DIE without an address range, and swiftc nests all
+/// functions inside a DW_TAG_module, which has none.
+static int function_chain(Dwarf_Die *parent, Dwarf_Addr address, Dwarf_Die *chain, int depth, int capacity) {
+    Dwarf_Die child;
+    if (dw.child(parent, &child) != 0) return depth;
+    do {
+        int tag = dw.tag(&child);
+        if (dw.haspc(&child, address) == 1) {
+            if (tag == CC_DW_TAG_subprogram || tag == CC_DW_TAG_inlined_subroutine || tag == CC_DW_TAG_entry_point) {
+                if (depth == capacity) return depth;
+                chain[depth++] = child;
+            }
+            return function_chain(&child, address, chain, depth, capacity);
+        }
+        if (tag == CC_DW_TAG_module || tag == CC_DW_TAG_namespace) {
+            int found = function_chain(&child, address, chain, depth, capacity);
+            if (found > depth) return found;
+        }
+    } while (dw.siblingof(&child, &child) == 0);
+    return depth;
+}
+
+int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, int capacity) {
+    if (capacity <= 0) return 0;
+    Dwarf_Addr bias = 0;
+    if (dw.module_getdwarf(module->module, &bias) == NULL) return 0;
+    Dwarf_Addr dwarf_address = address - bias;
+    Dwarf_Die *unit = unit_at(module, dwarf_address, &bias);
+    if (unit == NULL) return 0;
+    const char *file = NULL;
+    int line = 0;
+    int column = 0;
+    Dwarf_Line *row = dw.getsrc_die(unit, dwarf_address);
+    if (row != NULL) {
+        file = dw.linesrc(row, NULL, NULL);
+        dw.lineno(row, &line);
+        dw.linecol(row, &column);
+    }
+
+    Dwarf_Die chain[64];
+    int depth = function_chain(unit, dwarf_address, chain, 0, 64);
+    int count = 0;
+    Dwarf_Files *files = NULL;
+    int have_files = -1;
+    for (int index = depth - 1; index >= 0 && count < capacity; index--) {
+        Dwarf_Die *scope = &chain[index];
+        int inlined = dw.tag(scope) == CC_DW_TAG_inlined_subroutine;
+        frames[count] = (ccs_frame){function_name(scope), file, line, column, inlined && index > 0};
+        count++;
+        if (!inlined || index == 0) break;
+        // The next frame out is positioned at this inlined call.
+        Dwarf_Word call_file = 0;
+        Dwarf_Word call_line = 0;
+        Dwarf_Word call_column = 0;
+        file = NULL;
+        if (unsigned_attribute(scope, CC_DW_AT_call_file, &call_file)) {
+            if (have_files < 0) have_files = dw.getsrcfiles(unit, &files, NULL) == 0;
+            if (have_files > 0) file = dw.filesrc(files, call_file, NULL, NULL);
+        }
+        line = unsigned_attribute(scope, CC_DW_AT_call_line, &call_line) ? (int)call_line : 0;
+        column = unsigned_attribute(scope, CC_DW_AT_call_column, &call_column) ? (int)call_column : 0;
+    }
+    if (count == 0 && file != NULL) {
+        // Line tables without a function DIE (assembly, some runtimes): the position alone.
+        frames[0] = (ccs_frame){NULL, file, line, column, 0};
+        count = 1;
+    }
+    return count;
+}
+
+static struct {
+    const char *unavailable;
+    debuginfod_client *(*begin)(void);
+    void (*end)(debuginfod_client *);
+    int (*find_debuginfo)(debuginfod_client *, const unsigned char *, int, char **);
+    int (*find_executable)(debuginfod_client *, const unsigned char *, int, char **);
+} di;
+
+static pthread_once_t di_once = PTHREAD_ONCE_INIT;
+
+static void load_libdebuginfod(void) {
+    void *library = dlopen("libdebuginfod.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) {
+        di.unavailable = "libdebuginfod.so.1 is not installed (Debian: apt-get install libdebuginfod1)";
+        return;
+    }
+    *(void **)&di.begin = dlsym(library, "debuginfod_begin");
+    *(void **)&di.end = dlsym(library, "debuginfod_end");
+    *(void **)&di.find_debuginfo = dlsym(library, "debuginfod_find_debuginfo");
+    *(void **)&di.find_executable = dlsym(library, "debuginfod_find_executable");
+    if (!di.begin || !di.end || !di.find_debuginfo || !di.find_executable)
+        di.unavailable = "libdebuginfod.so.1 lacks the debuginfod_find_* calls";
+}
+
+int ccs_debuginfod_find(
+    const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
+    size_t why_size) {
+    pthread_once(&di_once, load_libdebuginfod);
+    if (di.unavailable != NULL) {
+        copy_message(why, why_size, di.unavailable);
+        return 0;
+    }
+    debuginfod_client *client = di.begin();
+    if (client == NULL) {
+        copy_message(why, why_size, "debuginfod_begin failed");
+        return 0;
+    }
+    char *found = NULL;
+    int descriptor = executable ? di.find_executable(client, build_id, (int)build_id_size, &found)
+                                : di.find_debuginfo(client, build_id, (int)build_id_size, &found);
+    di.end(client);
+    if (descriptor < 0) {
+        copy_message(why, why_size, strerror(-descriptor));
+        return 0;
+    }
+    close(descriptor);
+    copy_message(path, path_size, found != NULL ? found : "");
+    free(found);
+    return found != NULL;
+}

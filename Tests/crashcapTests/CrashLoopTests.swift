@@ -1,0 +1,63 @@
+import CrashCapture
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A program that crashes at every start, with nobody replaying: the crash directory stays
+/// within its bound, the oldest reports are the ones kept, every crash is still counted, and
+/// replay does not flood the store with stacks.
+@Suite struct CrashLoopTests {
+    @Test func twoHundredCrashesInAMinuteStayWithinTheBound() throws {
+        let sample = try InlineSample.built(.c)
+        let directory = makeTemporaryDirectory("crash-loop")
+        var keptPaths: [String] = []
+        var notKept = 0
+        let start = Date()
+        for _ in 0..<200 {
+            let result = try run(
+                sample.unstripped, [],
+                environment: [
+                    "CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary,
+                    "CRASHCAPTURE_MAX_CRASH_FILES": "5",
+                ])
+            // However the report fares, the process dies of its own signal.
+            #expect(result.signal == SIGSEGV)
+            if let range = result.stderr.range(of: "; report ") {
+                keptPaths.append(String(result.stderr[range.upperBound...].prefix { $0 != "\n" }))
+            } else if result.stderr.contains("no report kept: the crash directory is full") {
+                notKept += 1
+            }
+        }
+        #expect(Date().timeIntervalSince(start) < 60)
+        #expect(keptPaths.count == 5)
+        #expect(notKept == 195)
+        #expect(Set(crashFiles(in: directory)) == Set(keptPaths), "the first five are the ones kept")
+
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 120)
+        #expect(replay.exitCode == 0, "\(replay.stderr)")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let events = try store.events(limit: 100_000).compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+        }
+        let crashed = events.filter { $0["event"] as? String == "$AppCrashed" }
+        let ends = events.filter { $0["event"] as? String == "$AppEnd" }
+        #expect(crashed.count == 200, "every crash counted")
+        #expect(ends.count == 200, "every session closed")
+        let compactNotKept = crashed.filter {
+            let properties = $0["properties"] as? [String: Any] ?? [:]
+            return properties["crash_not_kept"] as? Bool == true
+                && properties["crash_signal_name"] as? String == "SIGSEGV"
+                && $0["crash"] == nil
+        }
+        #expect(compactNotKept.count == 195)
+        #expect(crashFiles(in: directory).isEmpty)
+        // Replayed again, nothing is imported twice.
+        _ = try run(Paths.crashcap, ["replay", directory], timeout: 120)
+        #expect(try EventStore(path: directory + "/events.sqlite").count == store.count)
+    }
+}
