@@ -156,7 +156,7 @@ let package = Package(
         ),
         .testTarget(
             name: "crashcapTests",
-            dependencies: ["CrashCapture", "CrashFileFormat", "TestSupport"]
+            dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "TestSupport"]
         ),
     ]
 )

@@ -743,6 +743,8 @@ case "pipeline":
     try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
     try replayBenchmarks(files: option("--files", default: 10_000))
+case "symbolicate":
+    try symbolicationBenchmarks(units: option("--units", default: 9))
 case "track":
     // One thread calling track(), for profiling its cost alone.
     let configuration = CrashCapture.Configuration(

@@ -33,6 +33,8 @@ static struct {
     int (*child)(Dwarf_Die *, Dwarf_Die *);
     int (*siblingof)(Dwarf_Die *, Dwarf_Die *);
     int (*haspc)(Dwarf_Die *, Dwarf_Addr);
+    uint64_t (*dieoffset)(Dwarf_Die *);
+    int (*lowpc)(Dwarf_Die *, Dwarf_Addr *);
     int (*tag)(Dwarf_Die *);
     Dwarf_Attribute *(*attr_integrate)(Dwarf_Die *, unsigned int, Dwarf_Attribute *);
     const char *(*formstring)(Dwarf_Attribute *);
@@ -83,6 +85,8 @@ static void load_libdw(void) {
     RESOLVE(child, "dwarf_child");
     RESOLVE(siblingof, "dwarf_siblingof");
     RESOLVE(haspc, "dwarf_haspc");
+    RESOLVE(dieoffset, "dwarf_dieoffset");
+    RESOLVE(lowpc, "dwarf_lowpc");
     RESOLVE(tag, "dwarf_tag");
     RESOLVE(attr_integrate, "dwarf_attr_integrate");
     RESOLVE(formstring, "dwarf_formstring");
@@ -110,6 +114,14 @@ typedef struct {
     Dwarf_Die unit;
 } unit_range;
 
+// One unit's functions by address, read the first time an address falls in the unit: later
+// lookups search it instead of walking the unit's top-level DIEs (types included) again.
+typedef struct {
+    uint64_t unit_offset;
+    unit_range *functions;
+    size_t count;
+} unit_functions;
+
 struct ccs_module {
     Dwfl_Callbacks callbacks;
     char *debuginfo_path;
@@ -120,6 +132,10 @@ struct ccs_module {
     unit_range *units;
     size_t unit_count;
     int units_read;
+    unit_functions *indexed;
+    size_t indexed_count;
+    size_t indexed_capacity;
+    size_t last_indexed;
 };
 
 static void copy_message(char *destination, size_t size, const char *message) {
@@ -172,6 +188,8 @@ void ccs_module_close(ccs_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dw.end(module->dwfl);
     free(module->units);
+    for (size_t index = 0; index < module->indexed_count; index++) free(module->indexed[index].functions);
+    free(module->indexed);
     free(module->debuginfo_path);
     free(module);
 }
@@ -274,8 +292,8 @@ static Dwarf_Die *unit_at(ccs_module *module, Dwarf_Addr address, Dwarf_Addr *bi
     return NULL;
 }
 
-/// Fills `chain` from `depth` on with the functions (out-of-line, then inlined, outermost
-/// first) whose code holds `address`, and returns the new depth. Our own walk rather than
+/// Fills `chain` from `depth` on with the inlined functions under `parent` (outermost first)
+/// whose code holds `address`, and returns the new depth. Our own walk rather than
 /// dwarf_getscopes: that one prunes every DIE without an address range, and swiftc nests all
 /// functions inside a DW_TAG_module, which has none.
 static int function_chain(Dwarf_Die *parent, Dwarf_Addr address, Dwarf_Die *chain, int depth, int capacity) {
@@ -298,6 +316,82 @@ static int function_chain(Dwarf_Die *parent, Dwarf_Addr address, Dwarf_Die *chai
     return depth;
 }
 
+static bool append_range(unit_range **ranges, size_t *count, size_t *capacity, unit_range range) {
+    if (*count == *capacity) {
+        size_t grown = *capacity == 0 ? 64 : *capacity * 2;
+        unit_range *larger = realloc(*ranges, grown * sizeof *larger);
+        if (larger == NULL) return false;
+        *ranges = larger;
+        *capacity = grown;
+    }
+    (*ranges)[(*count)++] = range;
+    return true;
+}
+
+// The out-of-line functions under `parent`, looking inside modules and namespaces (where
+// swiftc and C++ put them) but not into types or function bodies.
+static void collect_functions(Dwarf_Die *parent, unit_range **ranges, size_t *count, size_t *capacity) {
+    Dwarf_Die child;
+    if (dw.child(parent, &child) != 0) return;
+    do {
+        int tag = dw.tag(&child);
+        if (tag == CC_DW_TAG_subprogram || tag == CC_DW_TAG_entry_point) {
+            Dwarf_Addr base = 0;
+            Dwarf_Addr start = 0;
+            Dwarf_Addr end = 0;
+            ptrdiff_t offset = 0;
+            while ((offset = dw.ranges(&child, offset, &base, &start, &end)) > 0)
+                if (end > start && !append_range(ranges, count, capacity, (unit_range){start, end, child})) return;
+        } else if (tag == CC_DW_TAG_module || tag == CC_DW_TAG_namespace) {
+            collect_functions(&child, ranges, count, capacity);
+        }
+    } while (dw.siblingof(&child, &child) == 0);
+}
+
+static unit_functions *functions_of(ccs_module *module, Dwarf_Die *unit) {
+    uint64_t offset = dw.dieoffset(unit);
+    if (module->last_indexed < module->indexed_count && module->indexed[module->last_indexed].unit_offset == offset)
+        return &module->indexed[module->last_indexed];
+    for (size_t index = 0; index < module->indexed_count; index++) {
+        if (module->indexed[index].unit_offset == offset) {
+            module->last_indexed = index;
+            return &module->indexed[index];
+        }
+    }
+    if (module->indexed_count == module->indexed_capacity) {
+        size_t grown = module->indexed_capacity == 0 ? 16 : module->indexed_capacity * 2;
+        unit_functions *larger = realloc(module->indexed, grown * sizeof *larger);
+        if (larger == NULL) return NULL;
+        module->indexed = larger;
+        module->indexed_capacity = grown;
+    }
+    unit_functions *entry = &module->indexed[module->indexed_count];
+    *entry = (unit_functions){offset, NULL, 0};
+    size_t capacity = 0;
+    collect_functions(unit, &entry->functions, &entry->count, &capacity);
+    qsort(entry->functions, entry->count, sizeof *entry->functions, compare_ranges);
+    module->last_indexed = module->indexed_count++;
+    return entry;
+}
+
+/// The out-of-line function whose code holds `address`, or NULL.
+static Dwarf_Die *function_at(ccs_module *module, Dwarf_Die *unit, Dwarf_Addr address) {
+    unit_functions *functions = functions_of(module, unit);
+    if (functions == NULL) return NULL;
+    size_t low = 0;
+    size_t high = functions->count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (functions->functions[middle].start <= address) low = middle + 1;
+        else high = middle;
+    }
+    for (size_t index = low; index > 0 && low - index < 8; index--) {
+        unit_range *range = &functions->functions[index - 1];
+        if (address >= range->start && address < range->end) return &range->unit;
+    }
+    return NULL;
+}
+
 int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, int capacity) {
     if (capacity <= 0) return 0;
     Dwarf_Addr bias = 0;
@@ -316,14 +410,24 @@ int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, i
     }
 
     Dwarf_Die chain[64];
-    int depth = function_chain(unit, dwarf_address, chain, 0, 64);
+    int depth = 0;
+    Dwarf_Die *function = function_at(module, unit, dwarf_address);
+    if (function != NULL) {
+        chain[depth++] = *function;
+        depth = function_chain(function, dwarf_address, chain, depth, 64);
+    }
     int count = 0;
     Dwarf_Files *files = NULL;
     int have_files = -1;
     for (int index = depth - 1; index >= 0 && count < capacity; index--) {
         Dwarf_Die *scope = &chain[index];
         int inlined = dw.tag(scope) == CC_DW_TAG_inlined_subroutine;
-        frames[count] = (ccs_frame){function_name(scope), file, line, column, inlined && index > 0};
+        frames[count] = (ccs_frame){function_name(scope), file, line, column, inlined && index > 0, 0, 0};
+        Dwarf_Addr low = 0;
+        if (index == 0 && dw.lowpc(scope, &low) == 0) {
+            frames[count].has_start = 1;
+            frames[count].start = low + bias;
+        }
         count++;
         if (!inlined || index == 0) break;
         // The next frame out is positioned at this inlined call.
@@ -340,7 +444,7 @@ int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, i
     }
     if (count == 0 && file != NULL) {
         // Line tables without a function DIE (assembly, some runtimes): the position alone.
-        frames[0] = (ccs_frame){NULL, file, line, column, 0};
+        frames[0] = (ccs_frame){NULL, file, line, column, 0, 0, 0};
         count = 1;
     }
     return count;

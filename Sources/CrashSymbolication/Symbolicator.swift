@@ -195,18 +195,14 @@ public final class Symbolicator: @unchecked Sendable {
                 offsetInFunction: isReturnAddress && offset > 0 ? within + 1 : within, module: name)
         case .elfutils(let module, _):
             var symbol = Symbol(module: name)
-            if let (linkage, within) = module.symbol(at: address) {
-                symbol.linkageName = linkage
-                symbol.function = displayName(linkage)
-                symbol.offsetInFunction = isReturnAddress && offset > 0 ? within + 1 : within
-            }
             let chain = module.frames(at: address)
             if let outer = chain.last {
                 // DWARF names the function when the symbol table does not (a stripped binary
                 // with its debug info elsewhere) and is the better name for local symbols.
-                if let linkage = outer.function {
+                if let linkage = outer.function, let start = outer.start, start <= address {
                     symbol.linkageName = linkage
                     symbol.function = displayName(linkage)
+                    symbol.offsetInFunction = isReturnAddress && offset > 0 ? address - start + 1 : address - start
                 }
                 symbol.file = outer.file
                 symbol.line = outer.line
@@ -216,6 +212,13 @@ public final class Symbolicator: @unchecked Sendable {
                         function: $0.function.map(displayName), linkageName: $0.function, file: $0.file,
                         line: $0.line, column: $0.column)
                 }
+            }
+            // The symbol tables (.symtab, .dynsym, MiniDebugInfo) only where DWARF had no name:
+            // libdwfl searches them linearly.
+            if symbol.function == nil, let (linkage, within) = module.symbol(at: address) {
+                symbol.linkageName = linkage
+                symbol.function = displayName(linkage)
+                symbol.offsetInFunction = isReturnAddress && offset > 0 ? within + 1 : within
             }
             if symbol.function == nil { symbol.note = "no symbol covers this address" }
             return symbol
@@ -361,6 +364,8 @@ final class ElfutilsModule {
         let file: String?
         let line: Int?
         let column: Int?
+        /// Where the out-of-line function starts.
+        let start: UInt64?
     }
 
     /// Innermost first; the last is the function that holds the code.
@@ -370,7 +375,8 @@ final class ElfutilsModule {
         return frames.prefix(count).map {
             Frame(
                 function: $0.function.map { String(cString: $0) }, file: $0.file.map { String(cString: $0) },
-                line: $0.line > 0 ? Int($0.line) : nil, column: $0.column > 0 ? Int($0.column) : nil)
+                line: $0.line > 0 ? Int($0.line) : nil, column: $0.column > 0 ? Int($0.column) : nil,
+                start: $0.has_start != 0 ? $0.start : nil)
         }
     }
 }

@@ -1,4 +1,5 @@
 import CrashFileFormat
+import CrashSymbolication
 import Foundation
 import Synchronization
 import TestSupport
@@ -389,5 +390,49 @@ final class DebuginfodServer {
     func stop() {
         kill(child.pid, SIGTERM)
         _ = child.waitOrKill(timeout: 10)
+    }
+}
+
+/// Damaged binaries and debug files are the symbolicator's input as much as good ones: bytes
+/// flipped anywhere past the program headers (sections, symbol tables, DWARF) give answers or
+/// notes, never a crash or a hang. Seeded, so a failure replays.
+@Suite struct HostileDebugInfoTests {
+    @Test func flippedBytesInSymbolsAndDWARFNeverCrashTheSymbolicator() throws {
+        let sample = try InlineSample.built(.c)
+        let original = try [UInt8](Data(contentsOf: URL(fileURLWithPath: sample.unstripped)))
+        let buildID = try #require(try ELFBuildID.read(sample.unstripped))
+        let folder = makeTemporaryDirectory("hostile-elf")
+        var generator = SplitMix(seed: 0x5eed)
+        var named = 0
+        for round in 0..<1000 {
+            var bytes = original
+            for _ in 0..<(1 + Int(generator.next() % 40)) {
+                let position = bytes.count / 3 + Int(generator.next() % UInt64(bytes.count - bytes.count / 3))
+                bytes[position] = UInt8(truncatingIfNeeded: generator.next())
+            }
+            let path = folder + "/app-\(round)"
+            try Data(bytes).write(to: URL(fileURLWithPath: path))
+            let symbolicator = Symbolicator()
+            for offset in stride(from: UInt64(0x1000), to: 0x1400, by: 0x37) {
+                let symbol = symbolicator.symbolicate(
+                    modulePath: path, buildID: buildID, offset: offset, isReturnAddress: false)
+                if symbol.function != nil { named += 1 }
+            }
+            unlink(path)
+        }
+        #expect(named > 0, "most damage leaves most functions readable")
+    }
+}
+
+/// A small deterministic generator (SplitMix64).
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9e37_79b9_7f4a_7c15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        value = (value ^ (value >> 27)) &* 0x94d0_49bb_1331_11eb
+        return value ^ (value >> 31)
     }
 }

@@ -40,6 +40,10 @@ typedef struct {
     int column;
     /// This frame's code was inlined into the next frame in the array.
     int inlined;
+    /// Where the function's code starts (an address of the module), when `has_start`; set on
+    /// the out-of-line function only.
+    int has_start;
+    uint64_t start;
 } ccs_frame;
 
 /// The inline chain at `address`, innermost first: each function with the source position
