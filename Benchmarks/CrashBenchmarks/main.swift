@@ -2,7 +2,7 @@
 // Benchmarks/run.sh, which builds everything in release mode first.
 //
 //   crashcap-bench crash [--runs N]     handler time, whole-process cost, install cost
-//   (pipeline, replay, journal, writer, track: see the usage line at the end)
+//   (pipeline, replay, symbolicate, journal, writer, track: see the usage line at the end)
 import CrashCapture
 import CrashCaptureCollector
 import CrashFileFormat
@@ -771,7 +771,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N] | ingest [--batches N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N] | ingest [--batches N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

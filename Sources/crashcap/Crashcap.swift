@@ -20,6 +20,8 @@ struct Crashcap: ParsableCommand {
     /// CLI's own messages do.
     static func main() {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        // libdebuginfod waits 90 s for a server that does not answer; a replay should not.
+        setenv("DEBUGINFOD_TIMEOUT", "10", 0)
         main(nil)
     }
 }
