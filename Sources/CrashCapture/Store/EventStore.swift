@@ -236,6 +236,11 @@ package final class EventStore: @unchecked Sendable {
                     event_id TEXT NOT NULL,
                     time_ms INTEGER NOT NULL,
                     PRIMARY KEY (fingerprint, event_id)) WITHOUT ROWID;
+                CREATE INDEX IF NOT EXISTS crash_occurrences_by_time ON crash_occurrences(time_ms);
+                CREATE TABLE IF NOT EXISTS crash_runs(
+                    fingerprint TEXT PRIMARY KEY,
+                    first_ms INTEGER NOT NULL,
+                    count INTEGER NOT NULL) WITHOUT ROWID;
                 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
                 """)
         } catch let error as SQLiteError where error.isCorruption {
@@ -421,17 +426,34 @@ package final class EventStore: @unchecked Sendable {
         try note.bind(2, eventID)
         try note.bind(3, timeMilliseconds)
         _ = try note.step()
+        let isNew = connection.changes > 0
         let forget = try statement("DELETE FROM crash_occurrences WHERE time_ms < ?")
         try forget.bind(1, timeMilliseconds - max(window, 86_400_000))
         _ = try forget.step()
-        let count = try statement(
-            "SELECT COUNT(*), MIN(time_ms) FROM crash_occurrences WHERE fingerprint = ? AND time_ms > ? AND time_ms <= ?"
-        )
-        try count.bind(1, fingerprint)
-        try count.bind(2, timeMilliseconds - window)
-        try count.bind(3, timeMilliseconds)
-        guard try count.step() else { return (1, timeMilliseconds) }
-        return (Int(count.int64(0)), count.int64(1))
+        // One row per fingerprint counts the run of crashes that started within the window:
+        // counting the occurrences themselves cost a scan per crash, quadratic in a crash loop.
+        let run = try statement("SELECT first_ms, count FROM crash_runs WHERE fingerprint = ?")
+        try run.bind(1, fingerprint)
+        var first = timeMilliseconds
+        var count = 1
+        if try run.step() {
+            let runFirst = run.int64(0)
+            let runCount = Int(run.int64(1))
+            if timeMilliseconds - runFirst <= window && timeMilliseconds >= runFirst - window {
+                first = min(runFirst, timeMilliseconds)
+                count = isNew ? runCount + 1 : runCount
+            } else if !isNew {
+                return (runCount, runFirst)
+            }
+        }
+        let save = try statement(
+            "INSERT INTO crash_runs(fingerprint, first_ms, count) VALUES (?, ?, ?) "
+                + "ON CONFLICT(fingerprint) DO UPDATE SET first_ms = excluded.first_ms, count = excluded.count")
+        try save.bind(1, fingerprint)
+        try save.bind(2, first)
+        try save.bind(3, Int64(count))
+        _ = try save.step()
+        return (count, first)
     }
 
     /// Whether an event id was ever stored with its id remembered (a lifecycle event, an import).
