@@ -246,6 +246,23 @@ static int compare_ranges(const void *left, const void *right) {
     return a->start < b->start ? -1 : a->start > b->start;
 }
 
+/// The DIE of the range (sorted by start) that holds `address`, or NULL. Ranges rarely
+/// overlap; the search looks back a little in case they do.
+static Dwarf_Die *range_containing(unit_range *ranges, size_t count, Dwarf_Addr address) {
+    size_t low = 0;
+    size_t high = count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (ranges[middle].start <= address) low = middle + 1;
+        else high = middle;
+    }
+    for (size_t index = low; index > 0 && low - index < 8; index--) {
+        unit_range *range = &ranges[index - 1];
+        if (address >= range->start && address < range->end) return &range->unit;
+    }
+    return NULL;
+}
+
 static void read_unit_ranges(ccs_module *module) {
     module->units_read = 1;
     size_t capacity = 0;
@@ -277,19 +294,7 @@ static Dwarf_Die *unit_at(ccs_module *module, Dwarf_Addr address, Dwarf_Addr *bi
     Dwarf_Die *unit = dw.module_addrdie(module->module, address + *bias, bias);
     if (unit != NULL) return unit;
     if (!module->units_read) read_unit_ranges(module);
-    size_t low = 0;
-    size_t high = module->unit_count;
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (module->units[middle].start <= address) low = middle + 1;
-        else high = middle;
-    }
-    // Ranges of different units rarely overlap; look back a little in case they do.
-    for (size_t index = low; index > 0 && low - index < 8; index--) {
-        unit_range *range = &module->units[index - 1];
-        if (address >= range->start && address < range->end) return &range->unit;
-    }
-    return NULL;
+    return range_containing(module->units, module->unit_count, address);
 }
 
 /// Fills `chain` from `depth` on with the inlined functions under `parent` (outermost first)
@@ -377,19 +382,7 @@ static unit_functions *functions_of(ccs_module *module, Dwarf_Die *unit) {
 /// The out-of-line function whose code holds `address`, or NULL.
 static Dwarf_Die *function_at(ccs_module *module, Dwarf_Die *unit, Dwarf_Addr address) {
     unit_functions *functions = functions_of(module, unit);
-    if (functions == NULL) return NULL;
-    size_t low = 0;
-    size_t high = functions->count;
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (functions->functions[middle].start <= address) low = middle + 1;
-        else high = middle;
-    }
-    for (size_t index = low; index > 0 && low - index < 8; index--) {
-        unit_range *range = &functions->functions[index - 1];
-        if (address >= range->start && address < range->end) return &range->unit;
-    }
-    return NULL;
+    return functions != NULL ? range_containing(functions->functions, functions->count, address) : NULL;
 }
 
 int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, int capacity) {
