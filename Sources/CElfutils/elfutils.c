@@ -41,7 +41,6 @@ static struct {
     int (*formudata)(Dwarf_Attribute *, Dwarf_Word *);
     int (*getsrcfiles)(Dwarf_Die *, Dwarf_Files **, size_t *);
     const char *(*filesrc)(Dwarf_Files *, size_t, Dwarf_Word *, Dwarf_Word *);
-    Dwarf_Die *(*diecu)(Dwarf_Die *, Dwarf_Die *, uint8_t *, uint8_t *);
     Dwarf_Die *(*module_nextcu)(Dwfl_Module *, Dwarf_Die *, Dwarf_Addr *);
     ptrdiff_t (*ranges)(Dwarf_Die *, ptrdiff_t, Dwarf_Addr *, Dwarf_Addr *, Dwarf_Addr *);
     Dwarf_Line *(*getsrc_die)(Dwarf_Die *, Dwarf_Addr);
@@ -93,7 +92,6 @@ static void load_libdw(void) {
     RESOLVE(formudata, "dwarf_formudata");
     RESOLVE(getsrcfiles, "dwarf_getsrcfiles");
     RESOLVE(filesrc, "dwarf_filesrc");
-    RESOLVE(diecu, "dwarf_diecu");
     RESOLVE(module_nextcu, "dwfl_module_nextcu");
     RESOLVE(ranges, "dwarf_ranges");
     RESOLVE(getsrc_die, "dwarf_getsrc_die");
@@ -132,6 +130,11 @@ struct ccs_module {
     unit_range *units;
     size_t unit_count;
     int units_read;
+    // dwfl_module_getdwarf's answer, asked once.
+    int dwarf_searched;
+    Dwarf *dwarf;
+    Dwarf_Addr dwarf_bias;
+    char dwarf_error[256];
     unit_functions *indexed;
     size_t indexed_count;
     size_t indexed_capacity;
@@ -203,10 +206,20 @@ int ccs_module_build_id(ccs_module *module, char *hex, size_t hex_size) {
     return 1;
 }
 
+static Dwarf *module_dwarf(ccs_module *module, Dwarf_Addr *bias) {
+    if (!module->dwarf_searched) {
+        module->dwarf_searched = 1;
+        module->dwarf = dw.module_getdwarf(module->module, &module->dwarf_bias);
+        if (module->dwarf == NULL) copy_message(module->dwarf_error, sizeof module->dwarf_error, dw.error_message(-1));
+    }
+    *bias = module->dwarf_bias;
+    return module->dwarf;
+}
+
 const char *ccs_module_debug_file(ccs_module *module, char *why, size_t why_size) {
     Dwarf_Addr bias = 0;
-    if (dw.module_getdwarf(module->module, &bias) == NULL) {
-        copy_message(why, why_size, dw.error_message(-1));
+    if (module_dwarf(module, &bias) == NULL) {
+        copy_message(why, why_size, module->dwarf_error);
         return NULL;
     }
     const char *main_file = NULL;
@@ -388,7 +401,7 @@ static Dwarf_Die *function_at(ccs_module *module, Dwarf_Die *unit, Dwarf_Addr ad
 int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, int capacity) {
     if (capacity <= 0) return 0;
     Dwarf_Addr bias = 0;
-    if (dw.module_getdwarf(module->module, &bias) == NULL) return 0;
+    if (module_dwarf(module, &bias) == NULL) return 0;
     Dwarf_Addr dwarf_address = address - bias;
     Dwarf_Die *unit = unit_at(module, dwarf_address, &bias);
     if (unit == NULL) return 0;
@@ -415,7 +428,7 @@ int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, i
     for (int index = depth - 1; index >= 0 && count < capacity; index--) {
         Dwarf_Die *scope = &chain[index];
         int inlined = dw.tag(scope) == CC_DW_TAG_inlined_subroutine;
-        frames[count] = (ccs_frame){function_name(scope), file, line, column, inlined && index > 0, 0, 0};
+        frames[count] = (ccs_frame){function_name(scope), file, line, column, 0, 0};
         Dwarf_Addr low = 0;
         if (index == 0 && dw.lowpc(scope, &low) == 0) {
             frames[count].has_start = 1;
@@ -437,7 +450,7 @@ int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, i
     }
     if (count == 0 && file != NULL) {
         // Line tables without a function DIE (assembly, some runtimes): the position alone.
-        frames[0] = (ccs_frame){NULL, file, line, column, 0, 0, 0};
+        frames[0] = (ccs_frame){NULL, file, line, column, 0, 0};
         count = 1;
     }
     return count;

@@ -35,10 +35,12 @@ public enum CrashFingerprint: Sendable {
             for frame in symbol.expanded {
                 if let function = frame.function {
                     places.append((symbol.module + "!" + (frame.linkageName ?? function), function))
-                } else if frame == symbol.expanded.last, index < frames.count, let offset = frames[index].offset {
-                    let place = symbol.module + "+0x" + String(offset, radix: 16)
-                    places.append((place, place))
+                    if places.count == frameCount { return places }
                 }
+            }
+            if symbol.function == nil, index < frames.count, let offset = frames[index].offset {
+                let place = symbol.module + "+0x" + String(offset, radix: 16)
+                places.append((place, place))
                 if places.count == frameCount { return places }
             }
         }

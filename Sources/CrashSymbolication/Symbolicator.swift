@@ -47,6 +47,12 @@ public final class Symbolicator: @unchecked Sendable {
         public var line: Int?
         public var column: Int?
 
+        /// `file:line:column` (or `file:line`), when the line is known.
+        public var location: String? {
+            guard let file, let line else { return nil }
+            return "\(file):\(line)" + (column.map { ":\($0)" } ?? "")
+        }
+
         public init(function: String?, linkageName: String?, file: String?, line: Int?, column: Int?) {
             self.function = function
             self.linkageName = linkageName
@@ -88,10 +94,11 @@ public final class Symbolicator: @unchecked Sendable {
         }
 
         /// The inline chain and then the function itself, innermost first.
-        public var expanded: [SourceFrame] {
-            inlined + [
-                SourceFrame(function: function, linkageName: linkageName, file: file, line: line, column: column)
-            ]
+        public var expanded: [SourceFrame] { inlined + [source] }
+
+        /// The function that holds the code, as one of an inline chain's frames.
+        public var source: SourceFrame {
+            SourceFrame(function: function, linkageName: linkageName, file: file, line: line, column: column)
         }
     }
 
@@ -152,7 +159,7 @@ public final class Symbolicator: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         switch module(path: modulePath, buildID: buildID) {
-        case .elfutils(let module, _):
+        case .elfutils(let module):
             return module.debugFile()
         case .symbolTable:
             return .failure(.io(Self.elfutilsUnavailable ?? "no debug info"))
@@ -171,8 +178,7 @@ public final class Symbolicator: @unchecked Sendable {
     }
 
     private enum LoadedModule {
-        /// `origin`: how the file was found when it is not the module's own path.
-        case elfutils(ElfutilsModule, origin: String?)
+        case elfutils(ElfutilsModule)
         case symbolTable(ELFImage)
         case missing(String)
     }
@@ -193,7 +199,7 @@ public final class Symbolicator: @unchecked Sendable {
             return Symbol(
                 function: displayName(symbol.name), linkageName: symbol.name,
                 offsetInFunction: isReturnAddress && offset > 0 ? within + 1 : within, module: name)
-        case .elfutils(let module, _):
+        case .elfutils(let module):
             var symbol = Symbol(module: name)
             let chain = module.frames(at: address)
             if let outer = chain.last {
@@ -262,7 +268,7 @@ public final class Symbolicator: @unchecked Sendable {
         switch ElfutilsModule.open(path: path, searchPath: searchPath) {
         case .success(let module):
             if buildID.isEmpty || module.buildID == nil || module.buildID == buildID {
-                return .elfutils(module, origin: nil)
+                return .elfutils(module)
             }
             why = "build-id mismatch: the file on disk is another build"
         case .failure(let error):
@@ -280,7 +286,7 @@ public final class Symbolicator: @unchecked Sendable {
                 if case .success(let module) = ElfutilsModule.open(path: candidate, searchPath: searchPath),
                     module.buildID == buildID
                 {
-                    return .elfutils(module, origin: candidate)
+                    return .elfutils(module)
                 }
             }
         }
@@ -292,7 +298,7 @@ public final class Symbolicator: @unchecked Sendable {
                 if case .success(let module) = ElfutilsModule.open(path: downloaded, searchPath: searchPath),
                     module.buildID == buildID
                 {
-                    return .elfutils(module, origin: downloaded)
+                    return .elfutils(module)
                 }
             }
             why += ", and debuginfod has no build \(buildID)"

@@ -88,17 +88,13 @@ enum ReportRendering {
             var line = indent + String(format: "#%-3d 0x%016llx ", index, frame.pc) + symbol.module
             for inlined in symbol.inlined {
                 // The functions the compiler inlined here, innermost first, then their caller.
-                var inlinedLine = line + "  " + style.bold(inlined.function ?? "?") + style.dim(" [inlined]")
-                if let file = inlined.file, let number = inlined.line {
-                    inlinedLine += style.dim(" at \(file):\(number)" + (inlined.column.map { ":\($0)" } ?? ""))
-                }
-                lines.append(inlinedLine)
+                lines.append(
+                    line + "  " + style.bold(inlined.function ?? "?")
+                        + style.dim(" [inlined]" + (inlined.location.map { " at " + $0 } ?? "")))
             }
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
-                if let file = symbol.file, let number = symbol.line {
-                    line += style.dim(" at \(file):\(number)" + (symbol.column.map { ":\($0)" } ?? ""))
-                }
+                if let location = symbol.source.location { line += style.dim(" at " + location) }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
                 if let note = symbol.note { line += style.dim("  (\(note))") }
@@ -211,9 +207,6 @@ enum ReportRendering {
             if let offset = frame.offset { entry["offset"] = "0x" + String(offset, radix: 16) }
             if index < symbols.count {
                 let symbol = symbols[index]
-                entry["module_name"] = symbol.module
-                if let function = symbol.function { entry["function"] = function }
-                if let within = symbol.offsetInFunction { entry["function_offset"] = within }
                 if let note = symbol.note { entry["note"] = note }
                 entry.merge(
                     CrashReplayer.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)

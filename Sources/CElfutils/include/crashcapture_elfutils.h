@@ -38,8 +38,6 @@ typedef struct {
     const char *file;
     int line;
     int column;
-    /// This frame's code was inlined into the next frame in the array.
-    int inlined;
     /// Where the function's code starts (an address of the module), when `has_start`; set on
     /// the out-of-line function only.
     int has_start;
@@ -47,7 +45,7 @@ typedef struct {
 } ccs_frame;
 
 /// The inline chain at `address`, innermost first: each function with the source position
-/// reached in it. Returns how many of `capacity` were filled; 0 when DWARF does not cover
+/// reached in it, each inlined into the next, the last the out-of-line function. Returns how many of `capacity` were filled; 0 when DWARF does not cover
 /// the address. Strings live as long as the module.
 int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, int capacity);
 

@@ -263,15 +263,6 @@ package struct CrashReplayer: Sendable {
         return object
     }
 
-    /// `function at file:line:column`, as much of it as is known.
-    static func describe(function: String?, file: String?, line: Int?, column: Int?) -> String {
-        var text = function ?? "?"
-        if let file, let line {
-            text += " at \(file):\(line)" + (column.map { ":\($0)" } ?? "")
-        }
-        return text
-    }
-
     /// The first lines of the handler's own text (signal, thread, message), then named frames,
     /// cut at 16 KiB like the Sensors SDKs' app_crashed_reason.
     static func reason(report: CrashReport, symbols: [Symbolicator.Symbol]) -> String {
@@ -283,15 +274,11 @@ package struct CrashReplayer: Sendable {
             var line = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
             for inlined in symbol.inlined {
                 lines.append(
-                    line + " [inlined] "
-                        + describe(
-                            function: inlined.function, file: inlined.file, line: inlined.line, column: inlined.column))
+                    line + " [inlined] " + (inlined.function ?? "?") + (inlined.location.map { " at " + $0 } ?? ""))
             }
             if let function = symbol.function {
                 line += " " + function + " + \(symbol.offsetInFunction ?? 0)"
-                if let file = symbol.file, let number = symbol.line {
-                    line += " at \(file):\(number)" + (symbol.column.map { ":\($0)" } ?? "")
-                }
+                if let location = symbol.source.location { line += " at " + location }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
             }
