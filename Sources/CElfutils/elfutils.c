@@ -141,6 +141,22 @@ struct ccs_module {
     size_t last_indexed;
 };
 
+static char searched_in_vain;
+
+// libdwfl looks for a module's separate debug info again each time it is asked for DWARF or
+// for a symbol table after a search that found nothing, and each search may ask debuginfod
+// (with its retries): a server that does not answer would cost a timeout per question. One
+// search per module; its failure is remembered in the module's userdata.
+static int find_debuginfo_once(
+    Dwfl_Module *module, void **userdata, const char *name, Dwarf_Addr base, const char *file_name,
+    const char *debuglink_file, uint32_t debuglink_crc, char **debuginfo_file_name) {
+    if (*userdata == &searched_in_vain) return -1;
+    int fd = dw.standard_find_debuginfo(
+        module, userdata, name, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
+    if (fd < 0) *userdata = &searched_in_vain;
+    return fd;
+}
+
 static void copy_message(char *destination, size_t size, const char *message) {
     if (destination != NULL && size > 0) snprintf(destination, size, "%s", message);
 }
@@ -158,7 +174,7 @@ ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *
     }
     module->debuginfo_path = debuginfo_path != NULL ? strdup(debuginfo_path) : NULL;
     module->callbacks.find_elf = dw.build_id_find_elf;
-    module->callbacks.find_debuginfo = dw.standard_find_debuginfo;
+    module->callbacks.find_debuginfo = find_debuginfo_once;
     module->callbacks.section_address = dw.offline_section_address;
     module->callbacks.debuginfo_path = module->debuginfo_path != NULL ? &module->debuginfo_path : NULL;
     module->dwfl = dw.begin(&module->callbacks);

@@ -21,7 +21,9 @@ struct Crashcap: ParsableCommand {
     static func main() {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
         // libdebuginfod waits 90 s for a server that does not answer; a replay should not.
-        setenv("DEBUGINFOD_TIMEOUT", "10", 0)
+        if (ProcessInfo.processInfo.environment["DEBUGINFOD_TIMEOUT"] ?? "").isEmpty {
+            setenv("DEBUGINFOD_TIMEOUT", "10", 1)
+        }
         main(nil)
     }
 }

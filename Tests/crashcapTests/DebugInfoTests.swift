@@ -312,6 +312,41 @@ func expectMatchesLLVM(
         #expect(offline.filter { $0.module == "app" }.allSatisfy { $0.chain.allSatisfy { $0.file == nil } })
     }
 
+    /// A debuginfod server that takes the connection and never answers: crashcap gives it
+    /// 10 s (libdebuginfod's own default is 90 s), once per module, and shows the report.
+    @Test func aSilentDebuginfodServerCostsTenSecondsOnce() throws {
+        let sample = try InlineSample.built(.c)
+        let install = makeTemporaryDirectory("debuginfod-silent")
+        let (stripped, debug) = try InlineSample.strip(sample.unstripped, into: install, debuglink: false)
+        try FileManager.default.removeItem(atPath: debug)
+        let (directory, _) = try InlineSample.crash(stripped)
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                _ = bind(listener, $0, length)
+                _ = getsockname(listener, $0, &length)
+            }
+        }
+        // The kernel completes connections into the backlog; nobody ever reads or answers.
+        #expect(listen(listener, 64) == 0)
+        let url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        let start = Date()
+        let shown = try shownChains(
+            directory,
+            environment: [
+                "DEBUGINFOD_URLS": url, "DEBUGINFOD_RETRY_LIMIT": "0", "DEBUGINFOD_TIMEOUT": "",  // empty: unset
+                "DEBUGINFOD_CACHE_PATH": makeTemporaryDirectory("debuginfod-silent-cache"),
+            ])
+        let seconds = Date().timeIntervalSince(start)
+        #expect(seconds >= 9 && seconds < 40, "\(seconds) s")
+        #expect(shown.filter { $0.module == "app" }.allSatisfy { $0.chain.allSatisfy { $0.file == nil } })
+    }
+
     @Test func miniDebugInfoNamesFunctionsOfAStrippedBinary() throws {
         let sample = try InlineSample.built(.c)
         let install = makeTemporaryDirectory("minidebuginfo")
