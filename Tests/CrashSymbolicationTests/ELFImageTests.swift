@@ -82,6 +82,35 @@ import Testing
                 == (try line(of: "UnsafePointer<Int>(bitPattern: opaque(0x10))", in: "CrashSamples/Swift/main.swift")))
     }
 
+    /// Our short Swift names and source positions are the Swift backtracer's own, for the same
+    /// crash (the backtracer leaves the module out; we add it). Offsets are not compared: the
+    /// backtracer counts a return address's from the call (pc - 1), we from the pc we show.
+    @Test func swiftFramesReadAsTheSwiftBacktracerPrintsThem() throws {
+        let backtraced = try run(
+            Paths.swiftSample, ["swift-null-read"],
+            environment: [
+                "SWIFT_BACKTRACE": "enable=yes,interactive=no,color=no,threads=crashed,registers=none,images=none"
+            ], timeout: 120)
+        // "  1 [ra] 0x000055… runSwiftKind(_:) + 1409 in crash-sample-swift at /…/main.swift:172:33"
+        let theirs = backtraced.stderr.split(separator: "\n").compactMap { line -> String? in
+            guard let address = line.range(of: " 0x"), let module = line.range(of: " in crash-sample-swift at ")
+            else { return nil }
+            let function = line[address.upperBound..<module.lowerBound].drop { $0 != " " }.dropFirst()
+            let name = function.range(of: " + ").map { function[..<$0.lowerBound] } ?? function
+            return name + " at " + line[module.upperBound...]
+        }
+        #expect(theirs.count >= 3, "\(backtraced.stderr)")
+        let directory = makeTemporaryDirectory("backtracer-names")
+        _ = try run(
+            Paths.swiftSample, ["swift-null-read"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let ours = Symbolicator().symbolicate(report).prefix(3).map {
+            "\($0.function ?? "?") at \($0.source.location ?? "?")"
+        }
+        #expect(ours == theirs.prefix(3).map { "crash_sample_swift." + $0 })
+    }
+
     @Test func cFramesGetFileAndLineFromDWARF5() throws {
         let directory = makeTemporaryDirectory("dwarf-c")
         _ = try run(Paths.cSample, ["null-write"], environment: ["CRASHCAPTURE_DIR": directory])

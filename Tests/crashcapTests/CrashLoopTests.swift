@@ -60,4 +60,24 @@ import Testing
         _ = try run(Paths.crashcap, ["replay", directory], timeout: 120)
         #expect(try EventStore(path: directory + "/events.sqlite").count == store.count)
     }
+
+    /// The bound in bytes: once the directory holds any crash or session file past one byte,
+    /// the next crash keeps no report.
+    @Test func theByteBoundHoldsToo() throws {
+        let sample = try InlineSample.built(.c)
+        let directory = makeTemporaryDirectory("crash-bytes")
+        var kept = 0
+        for _ in 0..<3 {
+            let result = try run(
+                sample.unstripped, [],
+                environment: [
+                    "CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary,
+                    "CRASHCAPTURE_MAX_CRASH_BYTES": "1",
+                ])
+            #expect(result.signal == SIGSEGV)
+            if result.stderr.contains("; report ") { kept += 1 }
+        }
+        #expect(kept == 1)
+        #expect(crashFiles(in: directory).count == 1)
+    }
 }
