@@ -12,6 +12,13 @@ import Testing
 /// within its bound, the oldest reports are the ones kept, every crash is still counted, and
 /// replay does not flood the store with stacks.
 @Suite struct CrashLoopTests {
+    /// The C sample under the preload library, with the directory's bound from `bound`.
+    func crash(_ sample: InlineSample, into directory: String, bound: [String: String]) throws -> RunResult {
+        try run(
+            sample.unstripped, [],
+            environment: bound.merging(["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]) { $1 })
+    }
+
     @Test func twoHundredCrashesInAMinuteStayWithinTheBound() throws {
         let sample = try InlineSample.built(.c)
         let directory = makeTemporaryDirectory("crash-loop")
@@ -19,12 +26,7 @@ import Testing
         var notKept = 0
         let start = Date()
         for _ in 0..<200 {
-            let result = try run(
-                sample.unstripped, [],
-                environment: [
-                    "CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary,
-                    "CRASHCAPTURE_MAX_CRASH_FILES": "5",
-                ])
+            let result = try crash(sample, into: directory, bound: ["CRASHCAPTURE_MAX_CRASH_FILES": "5"])
             // However the report fares, the process dies of its own signal.
             #expect(result.signal == SIGSEGV)
             if let range = result.stderr.range(of: "; report ") {
@@ -68,12 +70,7 @@ import Testing
         let directory = makeTemporaryDirectory("crash-bytes")
         var kept = 0
         for _ in 0..<3 {
-            let result = try run(
-                sample.unstripped, [],
-                environment: [
-                    "CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary,
-                    "CRASHCAPTURE_MAX_CRASH_BYTES": "1",
-                ])
+            let result = try crash(sample, into: directory, bound: ["CRASHCAPTURE_MAX_CRASH_BYTES": "1"])
             #expect(result.signal == SIGSEGV)
             if result.stderr.contains("; report ") { kept += 1 }
         }

@@ -320,21 +320,11 @@ func expectMatchesLLVM(
         let (stripped, debug) = try InlineSample.strip(sample.unstripped, into: install, debuglink: false)
         try FileManager.default.removeItem(atPath: debug)
         let (directory, _) = try InlineSample.crash(stripped)
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = loopbackSocket()
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                _ = bind(listener, $0, length)
-                _ = getsockname(listener, $0, &length)
-            }
-        }
         // The kernel completes connections into the backlog; nobody ever reads or answers.
         #expect(listen(listener, 64) == 0)
-        let url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        let url = "http://127.0.0.1:\(port)"
         let start = Date()
         let shown = try shownChains(
             directory,
@@ -387,20 +377,8 @@ final class DebuginfodServer {
     let folder = makeTemporaryDirectory("debuginfod-db")
 
     init(serving directory: String) throws {
-        var port: Int32 = 0
         // A free port: bind 0, read it, let go; debuginfod takes it a moment later.
-        let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                _ = bind(probe, $0, length)
-                _ = getsockname(probe, $0, &length)
-            }
-        }
-        port = Int32(UInt16(bigEndian: address.sin_port))
+        let (probe, port) = loopbackSocket()
         close(probe)
         url = "http://127.0.0.1:\(port)"
         child = try Child(
@@ -470,4 +448,20 @@ struct SplitMix {
         value = (value ^ (value >> 27)) &* 0x94d0_49bb_1331_11eb
         return value ^ (value >> 31)
     }
+}
+
+/// A TCP socket bound to a free port on 127.0.0.1, and the port.
+func loopbackSocket() -> (descriptor: Int32, port: UInt16) {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            _ = bind(descriptor, $0, length)
+            _ = getsockname(descriptor, $0, &length)
+        }
+    }
+    return (descriptor, UInt16(bigEndian: address.sin_port))
 }
