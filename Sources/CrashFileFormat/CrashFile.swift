@@ -57,9 +57,7 @@ public struct CrashRecord: Sendable {
     public let offset: Int
     public let payload: [UInt8]
 
-    public var json: [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any]
-    }
+    public var json: [String: Any]? { JSONTree.object(payload) }
 }
 
 /// Damage found in a crash file: where, and what is wrong there.
@@ -100,7 +98,8 @@ public enum CrashFileReader: Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw CrashCaptureError.system("cannot inspect the crash file", path: nil) }
         let limit = CrashFileLayout.maximumFileSize
-        var bytes = [UInt8](repeating: 0, count: min(max(Int(info.st_size), 0), limit) + 1)
+        let size = min(max(Int(info.st_size), 0), limit + 1)
+        var bytes = [UInt8](repeating: 0, count: dataEnd(fd, size: size))
         var count = 0
         while count < bytes.count {
             let got = bytes.withUnsafeMutableBytes {
@@ -111,7 +110,7 @@ public enum CrashFileReader: Sendable {
             if got == 0 { break }
             count += got
         }
-        let larger = count > limit
+        let larger = size > limit
         bytes.removeLast(bytes.count - min(count, limit))
         var contents = parse(bytes)
         if larger {
@@ -120,6 +119,27 @@ public enum CrashFileReader: Sendable {
                     offset: limit, reason: "file is larger than \(limit) bytes; the rest was not read"))
         }
         return contents
+    }
+
+    /// Where the file's data ends, up to `size`. Most of a crash file is the space reserved at
+    /// install, which the filesystem keeps as unwritten extents: past the last data extent the
+    /// file reads as zeros by definition, so it is not read (a quarter of a replay's time went
+    /// into reading and scanning those zeros). Filesystems that cannot tell say the whole file.
+    static func dataEnd(_ fd: Int32, size: Int) -> Int {
+        // Linux's SEEK_DATA and SEEK_HOLE, which Glibc's module leaves out (they need _GNU_SOURCE).
+        let seekData: Int32 = 3
+        let seekHole: Int32 = 4
+        var end = 0
+        var position = 0
+        while position < size {
+            let data = lseek(fd, off_t(position), seekData)
+            if data < 0 { return errno == ENXIO ? end : size }
+            let hole = lseek(fd, data, seekHole)
+            guard hole >= 0 else { return size }
+            end = min(Int(hole), size)
+            position = Int(hole)
+        }
+        return end
     }
 
     /// Recovers every whole record. Damage is reported with its offset, and reading resumes at

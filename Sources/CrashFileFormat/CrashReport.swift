@@ -204,9 +204,23 @@ public struct CrashReport: @unchecked Sendable {
         }
     }
 
+    /// "0x1f" as 31; nil for anything else. Over UTF-8 bytes: there is one per frame and module field.
     static func hex(_ value: Any?) -> UInt64? {
-        guard let text = value as? String, text.hasPrefix("0x") else { return nil }
-        return UInt64(text.dropFirst(2), radix: 16)
+        guard var text = value as? String else { return nil }
+        return text.withUTF8 { bytes -> UInt64? in
+            guard bytes.count > 2, bytes.count <= 18, bytes[0] == UInt8(ascii: "0"), bytes[1] == UInt8(ascii: "x")
+            else { return nil }
+            var number: UInt64 = 0
+            for byte in bytes[2...] {
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): number = number << 4 | UInt64(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): number = number << 4 | UInt64(byte - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): number = number << 4 | UInt64(byte - UInt8(ascii: "A") + 10)
+                default: return nil
+                }
+            }
+            return number
+        }
     }
 
     static func int64(_ value: Any?) -> Int64 { (value as? NSNumber)?.int64Value ?? 0 }

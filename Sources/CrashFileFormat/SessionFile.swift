@@ -37,7 +37,7 @@ package struct SessionFile: Sendable {
     package var pidNamespace: UInt64
     /// The context JSON: session and distinct id, app name and version, static properties, OOM counter file.
     package var context: [String: Any] {
-        (try? JSONSerialization.jsonObject(with: Data(contextText.utf8))) as? [String: Any] ?? [:]
+        JSONTree.object(contextText.utf8) ?? [:]
     }
     package var contextText: String
     /// Where the crash path kept a crash file's bytes in this file, when the directory no
@@ -104,7 +104,7 @@ package struct SessionFile: Sendable {
         let contextBytes = try readExactly(fd: fd, offset: fixedSize, count: contextSize, path: path)
         let contextText = String(decoding: contextBytes, as: UTF8.self)
         guard
-            let context = (try? JSONSerialization.jsonObject(with: Data(contextBytes))) as? [String: Any],
+            let context = JSONTree.object(contextBytes),
             let sessionID = context["session_id"] as? String
         else {
             throw CrashCaptureError.corrupt("session file context is not the JSON object it should be", path: path)

@@ -359,7 +359,7 @@ enum JournalEntries {
     }
 
     static func identity(_ bytes: UnsafeRawBufferPointer) -> DistinctIdentity? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+        guard let object = JSONTree.object(bytes),
             let distinctID = object["distinct_id"] as? String
         else { return nil }
         return DistinctIdentity(distinctID: distinctID, loginID: object["login_id"] as? String)

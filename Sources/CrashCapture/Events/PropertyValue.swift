@@ -1,4 +1,5 @@
 internal import CCrashFileFormat
+internal import CrashFileFormat
 internal import Foundation
 
 /// A value of an event property, as the Sensors Analytics data model allows: text, numbers,
@@ -135,57 +136,7 @@ package enum JSONText {
 }
 
 extension JSONText {
-    /// Writes a tree as JSONSerialization parses it (String, NSNumber, NSNull, arrays,
-    /// dictionaries) or as Swift builds it (Bool, Int, UInt64, Double). Foundation's own
-    /// writer was four fifths of the time of a replay.
-    static func write(_ value: Any, to out: inout String) {
-        // Containers and strings first: trying `as NSNumber` on a dictionary would bridge the
-        // whole tree to NSDictionary just to fail.
-        if let text = value as? String {
-            appendQuoted(text, to: &out)
-        } else if let object = value as? [String: Any] {
-            out += "{"
-            var first = true
-            for (key, element) in object {
-                if !first { out += "," }
-                first = false
-                appendQuoted(key, to: &out)
-                out += ":"
-                write(element, to: &out)
-            }
-            out += "}"
-        } else if let list = value as? [Any] {
-            out += "["
-            for (index, element) in list.enumerated() {
-                if index > 0 { out += "," }
-                write(element, to: &out)
-            }
-            out += "]"
-        } else if type(of: value) == Bool.self, let flag = value as? Bool {
-            out += flag ? "true" : "false"
-        } else if type(of: value) == Int.self, let number = value as? Int {
-            out += String(number)
-        } else if type(of: value) == UInt64.self, let number = value as? UInt64 {
-            out += String(number)
-        } else if type(of: value) == Double.self, let number = value as? Double {
-            out += number.isFinite ? "\(number)" : "null"
-        } else if let number = value as? NSNumber {
-            switch UInt8(bitPattern: number.objCType.pointee) {
-            case UInt8(ascii: "c"), UInt8(ascii: "B"): out += number.boolValue ? "true" : "false"
-            case UInt8(ascii: "d"), UInt8(ascii: "f"):
-                out += number.doubleValue.isFinite ? "\(number.doubleValue)" : "null"
-            case UInt8(ascii: "Q"), UInt8(ascii: "L"), UInt8(ascii: "I"): out += String(number.uint64Value)
-            default: out += String(number.int64Value)
-            }
-        } else {
-            out += "null"
-        }
-    }
+    /// A tree as JSONSerialization parses it or as Swift builds it, as JSON text.
+    static func serialize(_ value: Any) -> String { JSONTree.encode(value) }
 
-    static func serialize(_ value: Any) -> String {
-        var out = ""
-        out.reserveCapacity(4096)
-        write(value, to: &out)
-        return out
-    }
 }

@@ -72,19 +72,79 @@ package struct CrashReplayer: Sendable {
     }
 
     package func replayAll(progress: ((Int, Int) -> Void)? = nil) -> Summary {
-        var summary = Summary()
-        let files = pendingFiles()
-        for (index, file) in files.enumerated() {
-            summary.files.append(replay(file))
-            progress?(index + 1, files.count)
+        Summary(files: replay(pendingFiles(), progress: progress))
+    }
+
+    /// Files in the order given. Reading, checking, symbolicating and encoding go on for several
+    /// files at once, one per core; storing, crash-loop counting and removing go one file at a
+    /// time, in order, on this thread, while the next files are being prepared.
+    package func replay(_ paths: [String], progress: ((Int, Int) -> Void)? = nil) -> [FileResult] {
+        var results: [FileResult] = []
+        results.reserveCapacity(paths.count)
+        let chunkSize = 32
+        var ready: [PreparedFile] = []
+        var start = 0
+        while start < paths.count || !ready.isEmpty {
+            let chunk = Array(paths[start..<min(start + chunkSize, paths.count)])
+            start += chunk.count
+            let next = ParallelResults<PreparedFile>()
+            let preparing = DispatchGroup()
+            DispatchQueue.global().async(group: preparing) {
+                next.values = Self.parallelMap(chunk.count) { prepare(chunk[$0], breadcrumbs: []) }
+            }
+            if !ready.isEmpty {
+                results += store(ready)
+                progress?(results.count, paths.count)
+            }
+            preparing.wait()
+            ready = next.values
         }
-        return summary
+        return results
     }
 
     /// `breadcrumbs`: the session's last events, from its journal, for the $AppCrashed.
     package func replay(_ path: String, breadcrumbs: [String] = []) -> FileResult {
-        var result = FileResult(path: path, outcome: .imported)
+        store([prepare(path, breadcrumbs: breadcrumbs)])[0]
+    }
+
+    /// A crash file read, checked and symbolicated, its events not yet stored. Its descriptor,
+    /// and with it the lock, is held until it is stored.
+    struct PreparedFile {
+        var result: FileResult
+        var name: String
+        var file: FileHandle?
+        /// The events to store; crash-loop counting may still compact an `$AppCrashed`, so they
+        /// are encoded when stored.
+        var events: [(id: String, event: [String: Any])] = []
+        /// Decided already (unreadable, live): nothing to store, nothing to remove.
+        var finished = false
+    }
+
+    /// Values made on another thread and read after it is waited for (a dispatch group orders
+    /// the two): hence `@unchecked`.
+    final class ParallelResults<Value>: @unchecked Sendable {
+        var values: [Value] = []
+    }
+
+    /// `transform` of 0..<count, as many at once as there are cores, in order.
+    static func parallelMap<Value>(_ count: Int, _ transform: (Int) -> Value) -> [Value] {
+        let slots = UnsafeMutableBufferPointer<Value?>.allocate(capacity: count)
+        slots.initialize(repeating: nil)
+        defer {
+            slots.deinitialize()
+            slots.deallocate()
+        }
+        // Each index is written by one worker only, and `transform` reads what the caller
+        // no longer changes while this runs.
+        nonisolated(unsafe) let shared = slots
+        nonisolated(unsafe) let transform = transform
+        DispatchQueue.concurrentPerform(iterations: count) { shared[$0] = transform($0) }
+        return slots.map { $0! }
+    }
+
+    func prepare(_ path: String, breadcrumbs: [String]) -> PreparedFile {
         let name = (path as NSString).lastPathComponent
+        var prepared = PreparedFile(result: FileResult(path: path, outcome: .imported), name: name)
         // One descriptor, locked for the whole import: a named crash file still locked belongs to
         // a live process (filesystems without O_TMPFILE), and two replays never take the same file.
         let fd: Int32
@@ -93,82 +153,118 @@ package struct CrashReplayer: Sendable {
             fd = try folder.openForReading(name)
         } catch {
             // A link, a FIFO, a directory under a crash file's name: reported, never moved or read.
-            result.outcome = .damaged
-            result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
-            return result
+            prepared.result.outcome = .damaged
+            prepared.result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
+            prepared.finished = true
+            return prepared
         }
         let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        defer { withExtendedLifetime(file) {} }
+        prepared.file = file
         let contents: CrashFileContents
         do {
             if flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK {
-                result.outcome = .skippedLive
-                return result
+                prepared.result.outcome = .skippedLive
+                prepared.finished = true
+                return prepared
             }
             contents = try CrashFileReader.read(file)
         } catch {
-            result.outcome = .damaged
-            result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
-            result.movedTo = moveAside(name, problems: result.problems)
-            return result
+            prepared.result.outcome = .damaged
+            prepared.result.problems = [CrashFileProblem(offset: 0, reason: "\(error)")]
+            prepared.result.movedTo = moveAside(name, problems: prepared.result.problems)
+            prepared.finished = true
+            return prepared
         }
         let report = CrashReport(path: path, contents: contents)
-        result.problems = report.problems
+        prepared.result.problems = report.problems
         if contents.records.isEmpty && contents.problems.isEmpty {
-            result.problems.append(
+            prepared.result.problems.append(
                 CrashFileProblem(
                     offset: 0, reason: "no records at all: an empty or zero-filled file, not a crash report"))
         }
-        var rows: [(id: String, payload: String)] = []
         for event in report.events {
             guard let id = event["event_id"] as? String, !id.isEmpty else {
-                result.problems.append(CrashFileProblem(offset: 0, reason: "an event without event_id was skipped"))
+                prepared.result.problems.append(
+                    CrashFileProblem(offset: 0, reason: "an event without event_id was skipped"))
                 continue
             }
-            var event = event
-            if event["event"] as? String == "$AppCrashed" {
-                event = enrich(event, report: report, breadcrumbs: breadcrumbs)
-                event = compactIfLooping(event, id: id)
+            guard event["event"] as? String == "$AppCrashed" else {
+                prepared.events.append((id, event))
+                continue
             }
-            rows.append((id, JSONText.serialize(event)))
+            prepared.events.append((id, enrich(event, report: report, breadcrumbs: breadcrumbs)))
         }
+        return prepared
+    }
+
+    /// Stores the files' events in one transaction, then removes (or archives, or moves aside)
+    /// each file whose events are committed. When the store cannot take them, every file stays
+    /// for the next replay.
+    func store(_ files: [PreparedFile]) -> [FileResult] {
+        var results = files.map(\.result)
         do {
-            let inserted = try store.insert(rows, rememberIDs: true)
-            result.importedEvents = inserted.inserted
-            if rows.isEmpty {
-                result.outcome = result.problems.isEmpty ? .noCrash : .damaged
-            } else if inserted.inserted == 0 {
-                result.outcome = .alreadyImported
+            try store.transaction { transaction in
+                // Crash loops are counted in order; the events, once decided, are encoded side
+                // by side (most of a stored file's time), then inserted in order.
+                let decided = try files.map { file in
+                    try file.events.map { id, event in
+                        (
+                            id,
+                            event["event"] as? String == "$AppCrashed"
+                                ? try compactIfLooping(event, id: id, in: transaction) : event
+                        )
+                    }
+                }
+                let encoded = Self.parallelMap(decided.count) { index in
+                    decided[index].map { id, event in (id: id, payload: JSONText.serialize(event)) }
+                }
+                for (index, file) in files.enumerated() where !file.finished {
+                    let rows = encoded[index]
+                    let inserted = try transaction.insert(rows, rememberIDs: true)
+                    results[index].importedEvents = inserted.inserted
+                    if rows.isEmpty {
+                        results[index].outcome = results[index].problems.isEmpty ? .noCrash : .damaged
+                    } else if inserted.inserted == 0 {
+                        results[index].outcome = .alreadyImported
+                    }
+                }
             }
         } catch {
-            // The store could not take them: leave the file where it is for the next replay.
-            result.outcome = .damaged
-            result.problems.append(CrashFileProblem(offset: 0, reason: "event store: \(error)"))
-            return result
+            for index in files.indices where !files[index].finished {
+                results[index].outcome = .damaged
+                results[index].importedEvents = 0
+                results[index].problems.append(CrashFileProblem(offset: 0, reason: "event store: \(error)"))
+            }
+            return results
         }
-        if !result.problems.isEmpty {
-            // Whatever was whole is imported, but part of the file was not: that is damage, and
-            // it is counted (and reflected in the exit status) as such.
-            result.outcome = .damaged
-            result.movedTo = moveAside(name, problems: result.problems)
-        } else if archive {
-            result.movedTo = folder.flatMap { PrivateFiles.move(name, in: $0, into: "archive") }
-        } else {
-            folder?.remove(name)
+        for (index, file) in files.enumerated() where !file.finished {
+            defer { withExtendedLifetime(file.file) {} }
+            if !results[index].problems.isEmpty {
+                // Whatever was whole is imported, but part of the file was not: that is damage,
+                // and it is counted (and reflected in the exit status) as such.
+                results[index].outcome = .damaged
+                results[index].movedTo = moveAside(file.name, problems: results[index].problems)
+            } else if archive {
+                results[index].movedTo = folder.flatMap { PrivateFiles.move(file.name, in: $0, into: "archive") }
+            } else {
+                folder?.remove(file.name)
+            }
         }
-        return result
+        return results
     }
 
     /// One crash of many of the same site in a short time: its count and times are kept, its
     /// stacks, registers, memory and breadcrumbs dropped, so that a program crashing at every
     /// start does not flood the upload queue and the backend.
-    func compactIfLooping(_ event: [String: Any], id: String) -> [String: Any] {
+    func compactIfLooping(_ event: [String: Any], id: String, in transaction: EventStore.Transaction) throws
+        -> [String: Any]
+    {
         guard var properties = event["properties"] as? [String: Any],
             let fingerprint = properties["crash_fingerprint"] as? String,
-            let time = (event["time"] as? NSNumber)?.int64Value,
-            let seen = try? store.noteCrash(
-                fingerprint: fingerprint, eventID: id, timeMilliseconds: time, window: crashLoopWindowMilliseconds)
+            let time = (event["time"] as? NSNumber)?.int64Value
         else { return event }
+        let seen = try transaction.noteCrash(
+            fingerprint: fingerprint, eventID: id, timeMilliseconds: time, window: crashLoopWindowMilliseconds)
         properties["crash_repeat_count"] = seen.count
         var compacted = event
         guard seen.count > crashLoopThreshold else {
@@ -267,28 +363,50 @@ package struct CrashReplayer: Sendable {
     /// cut at 16 KiB like the Sensors SDKs' app_crashed_reason.
     static func reason(report: CrashReport, symbols: [Symbolicator.Symbol]) -> String {
         let original = report.reason ?? ""
-        var lines = original.split(separator: "\n", omittingEmptySubsequences: false).prefix { !$0.hasPrefix("#") }
-            .map(String.init)
+        var text = String(handlerHeader(original))
+        text.reserveCapacity(text.utf8.count + report.frames.count * 96)
+        // Lines are joined by newlines; a reason of frame lines only starts with its first frame.
+        var separator = original.utf8.first == UInt8(ascii: "#") ? "" : "\n"
         for (index, frame) in report.frames.enumerated() {
             let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
-            var line = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
+            let start = "#\(index) 0x" + String(frame.pc, radix: 16) + " " + symbol.module
             for inlined in symbol.inlined {
-                lines.append(
-                    line + " [inlined] " + (inlined.function ?? "?") + (inlined.location.map { " at " + $0 } ?? ""))
+                text += separator
+                separator = "\n"
+                text += start
+                text += " [inlined] "
+                text += inlined.function ?? "?"
+                if let location = inlined.location { text += " at " + location }
             }
+            text += separator
+            separator = "\n"
+            text += start
             if let function = symbol.function {
-                line += " " + function + " + \(symbol.offsetInFunction ?? 0)"
-                if let location = symbol.source.location { line += " at " + location }
+                text += " " + function + " + " + String(symbol.offsetInFunction ?? 0)
+                if let location = symbol.source.location { text += " at " + location }
             } else if let offset = frame.offset {
-                line += " +0x" + String(offset, radix: 16)
+                text += " +0x" + String(offset, radix: 16)
             }
-            lines.append(line)
         }
-        var text = lines.joined(separator: "\n")
         if text.utf8.count > 16 * 1024 {
             text = String(decoding: Array(text.utf8.prefix(16 * 1024 - 20)), as: UTF8.self) + "\n[truncated]"
         }
         return text
+    }
+
+    /// The handler's own lines (signal, thread, message): those before the first frame line.
+    static func handlerHeader(_ reason: String) -> Substring {
+        let utf8 = reason.utf8
+        var lineStart = utf8.startIndex
+        while lineStart < utf8.endIndex {
+            if utf8[lineStart] == UInt8(ascii: "#") {
+                // The newline that ends the last header line is the frame lines' own.
+                return reason[..<(lineStart == utf8.startIndex ? lineStart : utf8.index(before: lineStart))]
+            }
+            guard let newline = utf8[lineStart...].firstIndex(of: UInt8(ascii: "\n")) else { break }
+            lineStart = utf8.index(after: newline)
+        }
+        return reason[...]
     }
 
     private func moveAside(_ name: String, problems: [CrashFileProblem]) -> String? {

@@ -72,12 +72,11 @@ package struct SessionRecovery: Sendable {
             summary.sessions.append(result)
             progress?(index + 1, sessionNames.count)
         }
-        for path in replayer.pendingFiles() {
+        let alone = replayer.pendingFiles().filter { path in
             let name = (path as NSString).lastPathComponent
-            let session = String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32))
-            if handled.contains(session) { continue }
-            summary.crashFiles.files.append(replayer.replay(path))
+            return !handled.contains(String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32)))
         }
+        summary.crashFiles.files = replayer.replay(alone)
         return summary
     }
 
@@ -278,7 +277,7 @@ package struct SessionRecovery: Sendable {
             // The shared part is not needed here: a stand-in keeps the JSON whole.
             let text = row.payload.replacingOccurrences(
                 of: EventStore.contextMarker, with: "\"$cc\":0},\"properties\":{\"$cc\":0")
-            guard let event = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+            guard let event = JSONTree.object(text.utf8) else {
                 return nil
             }
             var properties = (event["properties"] as? [String: Any]) ?? [:]

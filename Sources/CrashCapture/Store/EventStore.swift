@@ -290,12 +290,19 @@ package final class EventStore: @unchecked Sendable {
         _ events: [(id: String, payload: String)], rememberIDs: Bool = false, context: String? = nil,
         mark: JournalMark? = nil
     ) throws -> InsertResult {
-        try insertRows(events.count, context: context, mark: mark) { index, insertRow in
+        try insertRows(events.count, context: context, mark: mark, row: Self.rows(events, remember: rememberIDs))
+    }
+
+    /// Hands each event's id and payload bytes to the insert loop.
+    private static func rows(_ events: [(id: String, payload: String)], remember: Bool) -> (
+        Int, (UnsafeRawBufferPointer, UnsafeRawBufferPointer, Bool) throws -> Void
+    ) throws -> Void {
+        { index, insertRow in
             var id = events[index].id
             var payload = events[index].payload
             try id.withUTF8 { id in
                 try payload.withUTF8 { payload in
-                    try insertRow(UnsafeRawBufferPointer(id), UnsafeRawBufferPointer(payload), rememberIDs)
+                    try insertRow(UnsafeRawBufferPointer(id), UnsafeRawBufferPointer(payload), remember)
                 }
             }
         }
@@ -320,20 +327,55 @@ package final class EventStore: @unchecked Sendable {
     ) throws -> InsertResult {
         lock.lock()
         defer { lock.unlock() }
+        return try change { try insertRowsInTransaction(count, context: context, mark: mark, row: row) }
+    }
+
+    /// `insertRows` for a caller that holds the lock and has begun the transaction.
+    private func insertRowsInTransaction(
+        _ count: Int, context: String?, mark: JournalMark?,
+        row: (Int, (UnsafeRawBufferPointer, UnsafeRawBufferPointer, Bool) throws -> Void) throws -> Void
+    ) throws -> InsertResult {
         var result = InsertResult()
-        try change {
-            let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
-            if let mark { try self.save(mark) }
-            for index in 0..<count {
-                try row(index) { id, payload, remember in
-                    try self.insertRow(id: id, payload: payload, context: contextRow, remember: remember, into: &result)
-                }
+        let contextRow = try context.map { try self.contextID(for: $0) } ?? 0
+        if let mark { try self.save(mark) }
+        for index in 0..<count {
+            try row(index) { id, payload, remember in
+                try self.insertRow(id: id, payload: payload, context: contextRow, remember: remember, into: &result)
             }
-            insertStatement.reset()
-            rememberStatement.reset()
-            result.dropped = try enforceLimits()
         }
+        insertStatement.reset()
+        rememberStatement.reset()
+        result.dropped = try enforceLimits()
         return result
+    }
+
+    /// Several changes under one lock and committed together: a replay stores a few dozen crash
+    /// files this way, with one commit rather than four for each (most of its store time).
+    /// Nothing `body` did is kept if it throws.
+    package func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try change { try body(Transaction(store: self)) }
+    }
+
+    /// The changes that can be made inside `transaction`.
+    package struct Transaction {
+        fileprivate let store: EventStore
+
+        @discardableResult
+        package func insert(_ events: [(id: String, payload: String)], rememberIDs: Bool = false) throws
+            -> InsertResult
+        {
+            try store.insertRowsInTransaction(
+                events.count, context: nil, mark: nil, row: EventStore.rows(events, remember: rememberIDs))
+        }
+
+        package func noteCrash(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws
+            -> (count: Int, firstMilliseconds: Int64)
+        {
+            try store.noteCrashLocked(
+                fingerprint: fingerprint, eventID: eventID, timeMilliseconds: timeMilliseconds, window: window)
+        }
     }
 
     private func insertRow(
@@ -420,6 +462,13 @@ package final class EventStore: @unchecked Sendable {
     ) {
         lock.lock()
         defer { lock.unlock() }
+        return try noteCrashLocked(
+            fingerprint: fingerprint, eventID: eventID, timeMilliseconds: timeMilliseconds, window: window)
+    }
+
+    private func noteCrashLocked(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws
+        -> (count: Int, firstMilliseconds: Int64)
+    {
         let note = try statement(
             "INSERT OR IGNORE INTO crash_occurrences(fingerprint, event_id, time_ms) VALUES (?, ?, ?)")
         try note.bind(1, fingerprint)
