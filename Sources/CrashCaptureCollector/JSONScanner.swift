@@ -1,4 +1,3 @@
-internal import CrashFileFormat
 internal import Foundation
 
 /// A strict, single-pass JSON validator for upload batches: checks the whole grammar (RFC 8259)
@@ -326,7 +325,10 @@ struct JSONScanner {
     private func decodedString(_ range: Range<Int>) -> String? {
         let inner = UnsafeBufferPointer(rebasing: bytes[(range.lowerBound + 1)..<(range.upperBound - 1)])
         if !inner.contains(UInt8(ascii: "\\")) { return String(decoding: inner, as: UTF8.self) }
-        return (try? JSONTree.parse(UnsafeBufferPointer(rebasing: bytes[range]))) as? String
+        return
+            (try? JSONSerialization.jsonObject(
+                with: Data(UnsafeBufferPointer(rebasing: bytes[range])), options: .fragmentsAllowed))
+            as? String
     }
 }
 

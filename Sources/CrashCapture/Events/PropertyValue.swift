@@ -100,25 +100,9 @@ package enum PropertyRules {
 
 package enum JSONText {
     package static func quoted(_ text: String) -> String {
-        // Byte by byte over UTF-8: multi-byte sequences pass through untouched, and only the
-        // characters JSON forbids in strings are escaped.
-        let hex = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
         out.reserveCapacity(text.utf8.count + 16)
-        out.append(0x22)
-        for byte in text.utf8 {
-            switch byte {
-            case 0x22: out += [0x5c, 0x22]
-            case 0x5c: out += [0x5c, 0x5c]
-            case 0x0a: out += [0x5c, 0x6e]
-            case 0x0d: out += [0x5c, 0x72]
-            case 0x09: out += [0x5c, 0x74]
-            case 0..<0x20, 0x7f:
-                out += [0x5c, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
-            default: out.append(byte)
-            }
-        }
-        out.append(0x22)
+        JSONTree.writeString(text, to: &out)
         return String(decoding: out, as: UTF8.self)
     }
 
