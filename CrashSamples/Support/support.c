@@ -92,6 +92,16 @@ NOINLINE void sample_abort(void) {
     abort();
 }
 
+// glibc finds the second free inside free() and aborts there, its arena lock held: the crash
+// path must not need malloc (nor anything that takes that lock) to write the report.
+NOINLINE void sample_double_free(void) {
+    char *volatile block = malloc(0x500);  // past the largest tcache bin: freed under the lock
+    char *volatile guard = malloc(16);     // keeps the block off the top chunk
+    free(block);
+    free(block);
+    free(guard);
+}
+
 NOINLINE void sample_assert_fail(void) {
     volatile int answer = 41;
     assert(answer == 42);
@@ -518,6 +528,7 @@ static const sample_kind sample_kinds[] = {
     {"int-divide-by-zero", sample_int_divide_by_zero},
     {"builtin-trap", sample_builtin_trap},
     {"abort", sample_abort},
+    {"double-free", sample_double_free},
     {"assert", sample_assert_fail},
     {"cxx-runtime-error", sample_throw_runtime_error},
     {"cxx-non-std", sample_throw_non_std},
@@ -555,7 +566,7 @@ static const char *const sample_c_kinds[] = {
     "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
     "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", "loader-lock",
     "threads-parked", "thread-blocks-signals", "threads-256", "threads-churning", "malloc-other-thread", "concurrent-2",
-    NULL,
+    "double-free", NULL,
 };
 
 const char *sample_c_kind_at(int index) {

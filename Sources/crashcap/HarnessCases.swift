@@ -220,6 +220,12 @@ enum HarnessMatrix {
                 )),
             c("heap-corrupt", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
             c("malloc-lock", .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read")),
+            // On a thread of its own: libunwind has never run there, so nothing it keeps per
+            // thread exists yet when the handler unwinds.
+            c(
+                "double-free",
+                .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_double_free", topFrames: 10),
+                context: "pthread"),
             c("loader-lock", .init(signal: SIGSEGV, frame: "sample_crash_in_phdr_callback")),
             HarnessCase(
                 program: .cSample, kind: "null-read", environment: ["CRASH_SAMPLE_FAULT_IN_HANDLER": "1"],
