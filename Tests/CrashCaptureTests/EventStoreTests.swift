@@ -139,7 +139,7 @@ import Testing
         let parsed = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         var tree = parsed
         tree["native"] = ["flag": true, "count": 3, "offset": UInt64(7), "ratio": 0.25] as [String: Any]
-        let written = JSONText.serialize(tree)
+        let written = JSONTree.encode(tree)
         let reparsed = try #require(try JSONSerialization.jsonObject(with: Data(written.utf8)) as? [String: Any])
         #expect(reparsed["b"] as? Bool == true && reparsed["f"] as? Bool == false)
         #expect(reparsed["i"] as? Int == -42 && reparsed["big"] as? Int == 1_795_320_933_540)

@@ -118,9 +118,3 @@ package enum JSONText {
         return json
     }
 }
-
-extension JSONText {
-    /// A tree as JSONSerialization parses it or as Swift builds it, as JSON text.
-    static func serialize(_ value: Any) -> String { JSONTree.encode(value) }
-
-}

@@ -89,8 +89,10 @@ package struct CrashReplayer: Sendable {
             start += chunk.count
             let next = ParallelResults<PreparedFile>()
             let preparing = DispatchGroup()
-            DispatchQueue.global().async(group: preparing) {
-                next.values = Self.parallelMap(chunk.count) { prepare(chunk[$0], breadcrumbs: []) }
+            if !chunk.isEmpty {
+                DispatchQueue.global().async(group: preparing) {
+                    next.values = Self.parallelMap(chunk.count) { prepare(chunk[$0], breadcrumbs: []) }
+                }
             }
             if !ready.isEmpty {
                 results += store(ready)
@@ -216,7 +218,7 @@ package struct CrashReplayer: Sendable {
                     }
                 }
                 let encoded = Self.parallelMap(decided.count) { index in
-                    decided[index].map { id, event in (id: id, payload: JSONText.serialize(event)) }
+                    decided[index].map { id, event in (id: id, payload: JSONTree.encode(event)) }
                 }
                 for (index, file) in files.enumerated() where !file.finished {
                     let rows = encoded[index]

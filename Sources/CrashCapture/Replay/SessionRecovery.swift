@@ -290,13 +290,13 @@ package struct SessionRecovery: Sendable {
             var crumb: [String: Any] = [
                 "event": event["event"] ?? "", "time": event["time"] ?? 0, "properties": properties,
             ]
-            var serialized = JSONText.serialize(crumb)
+            var serialized = JSONTree.encode(crumb)
             var keys = properties.keys.sorted()
             while serialized.utf8.count > breadcrumbBytes, let key = keys.popLast() {
                 properties[key] = nil
                 crumb["properties"] = properties
                 crumb["truncated"] = true
-                serialized = JSONText.serialize(crumb)
+                serialized = JSONTree.encode(crumb)
             }
             return serialized
         }
