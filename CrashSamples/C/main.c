@@ -2,6 +2,8 @@
 //
 // The C/C++ crash sample. Installs CrashCapture through the C API when CRASHCAPTURE_DIR is
 // set; without it the same crash runs uncaptured (the baseline).
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +113,18 @@ static int measure_install(const char *directory) {
     return 0;
 }
 
+// Opens `count` more descriptors and says how many are open in all, as /proc/self/fd lists
+// them, so that a test can hold the report's count to it.
+static void open_descriptors(int count) {
+    for (int i = 0; i < count; i++) open("/dev/null", O_RDONLY | O_CLOEXEC);
+    DIR *listing = opendir("/proc/self/fd");
+    int open_count = -1;  // the listing's own
+    while (listing != NULL && readdir(listing) != NULL) open_count++;
+    if (listing != NULL) closedir(listing);
+    printf("open descriptors: %d\n", open_count - 2);  // less "." and ".."
+    fflush(stdout);
+}
+
 static void run(const char *kind) {
     if (!sample_run_c_kind(kind)) {
         fprintf(stderr, "unknown kind %s; --list shows them\n", kind);
@@ -162,6 +176,8 @@ int main(int argc, char **argv) {
         }
         if (getenv("CRASH_SAMPLE_FAULT_IN_HANDLER") != NULL) crashcapture_test_fault_in_handler(1);
     }
+    const char *extra_descriptors = getenv("CRASH_SAMPLE_OPEN_DESCRIPTORS");
+    if (extra_descriptors != NULL) open_descriptors(atoi(extra_descriptors));
     if (strcmp(chain, "after-capture") == 0)
         for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
             sample_install_handler_after_capture(signals[i]);

@@ -50,9 +50,11 @@ NOINLINE void sample_noncanonical_pointer(void) {
     *p = 1;
 }
 
+// Two read-only pages, the store at the start of the second: the memory read around the
+// fault then has readable bytes on both sides, whatever the mappings around them.
 NOINLINE void sample_write_readonly(void) {
-    char *page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    volatile char *volatile p = page;
+    char *pages = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    volatile char *volatile p = pages + 4096;
     *p = 1;
 }
 

@@ -52,6 +52,7 @@ typedef struct cc_module_map {
     char json[CC_MODULE_JSON_CAPACITY];  // `{"path":..,"base":..,"build_id":..},...` no brackets
 } cc_module_map;
 
+typedef int (*cc_unw_getcontext_fn)(unw_context_t *);
 typedef int (*cc_unw_init_local2_fn)(unw_cursor_t *, unw_context_t *, int);
 typedef int (*cc_unw_step_fn)(unw_cursor_t *);
 typedef int (*cc_unw_get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
@@ -144,6 +145,11 @@ void cc_buf_append_u64(cc_buf *b, uint64_t v);
 void cc_buf_append_i64(cc_buf *b, int64_t v);
 void cc_buf_append_hex(cc_buf *b, uint64_t v);
 uint32_t cc_crc32(uint32_t crc, const void *data, size_t n);
+void cc_crc32_prepare(void);
+void cc_touch_pages(void *p, size_t n);
+void cc_crash_path_prepare(void);
+void cc_process_state_prepare(void);
+void cc_threads_prepare(void);
 size_t cc_frame_record(char *out, size_t cap, uint32_t type, const char *payload, size_t len);
 int cc_write_all(int fd, const void *data, size_t n);
 int64_t cc_monotonic_ns(void);

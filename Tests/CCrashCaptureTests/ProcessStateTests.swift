@@ -24,7 +24,8 @@ import Testing
                 ?? 0)
         #expect((process["threads"] as? NSNumber)?.intValue == 1)
         #expect((process["open_descriptors"] as? NSNumber)?.intValue ?? 0 >= 3)
-        #expect(process["uptime_ms"] is NSNumber)
+        let uptime = try #require((process["uptime_ms"] as? NSNumber)?.intValue)
+        #expect(uptime >= 0 && uptime < 60_000)
         let limits = try #require(process["limits"] as? [String: Any])
         #expect(Set(limits.keys) == ["stack", "core", "nofile", "as"])
         var nofile = rlimit()
@@ -52,6 +53,27 @@ import Testing
         #expect(
             show.stdout.contains("process:") && show.stdout.contains("command:     \(Paths.cSample) write-readonly"))
         #expect(show.stdout.contains("memory:") && show.stdout.contains("fault_address (256 bytes):"))
+    }
+
+    /// Hundreds of descriptors, past the first table sizes, are all counted: the sample lists
+    /// /proc/self/fd just before it crashes, and the handler may have closed only the few it
+    /// keeps for itself.
+    @Test func everyOpenDescriptorIsCounted() throws {
+        let directory = makeTemporaryDirectory("process-descriptors")
+        let crashed = try run(
+            Paths.cSample, ["write-readonly"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_OPEN_DESCRIPTORS": "700",
+            ])
+        #expect(crashed.signal == SIGSEGV)
+        let listed = try #require(
+            crashed.stdout.split(separator: "\n").compactMap { line in
+                line.hasPrefix("open descriptors: ") ? Int(line.dropFirst("open descriptors: ".count)) : nil
+            }.first)
+        #expect(listed >= 703)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let counted = try #require((report.process["open_descriptors"] as? NSNumber)?.intValue)
+        #expect(counted <= listed && counted >= listed - 4, "listed \(listed) before the crash")
     }
 
     @Test func argumentsCanBeLeftOut() throws {

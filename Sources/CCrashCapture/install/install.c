@@ -283,6 +283,12 @@ static void cc_load_libunwind(void) {
     cc_global.unw_step = step;
     cc_global.unw_get_reg = get_reg;
     cc_global.unw_init_local2 = init;
+    // libunwind sets itself up on first use: memory pools mapped, the pipe it probes memory
+    // with opened. One step here does that now rather than in the crash handler.
+    cc_unw_getcontext_fn getcontext = (cc_unw_getcontext_fn)dlsym(handle, CC_STRINGIFY(unw_tdep_getcontext));
+    unw_context_t context;
+    unw_cursor_t cursor;
+    if (getcontext != NULL && getcontext(&context) == 0 && init(&cursor, &context, 0) == 0) step(&cursor);
 }
 
 static void cc_hook_runtimes(void) {
@@ -528,6 +534,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.crash_line = !config->no_crash_line;
     cc_global.record_arguments = !config->omit_arguments;
     cc_global.clock_ticks = sysconf(_SC_CLK_TCK);
+    cc_crash_path_prepare();
     cc_detect_container();
     cc_global.maximum_crash_files = config->maximum_crash_files != 0 ? config->maximum_crash_files : 64;
     cc_global.maximum_crash_bytes = config->maximum_crash_bytes != 0 ? config->maximum_crash_bytes : (size_t)256 << 20;
@@ -552,8 +559,8 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     cc_modules_capture();
     cc_load_libunwind();
-    // Descriptors kept for the crash path: libunwind makes a pipe as it starts walking, and a
-    // process may crash with none left (the stack would then come from frame pointers alone).
+    // Descriptors kept for the crash path's /proc reads (and libunwind's pipe, should it not
+    // have made one above): a process may crash with none left.
     for (int i = 0; i < CC_RESERVED_FDS; i++)
         if (cc_global.reserved_fds[i] < 0) cc_global.reserved_fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     cc_hook_runtimes();

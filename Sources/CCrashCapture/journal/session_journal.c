@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cc_internal.h"
@@ -214,7 +215,17 @@ static uint64_t cc_ring_size_within_limits(uint64_t header_size, uint64_t wanted
 // as "killed". The new image, installing again (a preload library is inherited with the
 // environment), removes C sessions of its own pid and start time: they ended by exec. An SDK
 // predecessor keeps its file: its journal still has to be imported by a replay.
+//
+// Such a file was written after this process started, so the files last modified before
+// that (every other session's, as a rule) are passed over without being opened: a directory
+// of sessions waiting for a replay would otherwise cost a few µs each at every install.
 static void cc_retire_exec_predecessors(void) {
+    struct timespec wall, boot;
+    if (cc_global.clock_ticks <= 0 || clock_gettime(CLOCK_REALTIME, &wall) != 0 ||
+        clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+        return;
+    // The process's start on the wall clock, less 2 s for clocks and timestamps' grain.
+    int64_t started_s = (int64_t)wall.tv_sec - ((int64_t)boot.tv_sec - (int64_t)(cc_global.start_ticks / (uint64_t)cc_global.clock_ticks)) - 2;
     int fd = dup(cc_global.dir_fd);
     DIR *directory = fd >= 0 ? fdopendir(fd) : NULL;
     if (directory == NULL) {
@@ -224,6 +235,9 @@ static void cc_retire_exec_predecessors(void) {
     size_t prefix = strlen(CCF_SESSION_FILE_PREFIX);
     for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
         if (strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, prefix) != 0) continue;
+        struct stat before;
+        if (fstatat(cc_global.dir_fd, entry->d_name, &before, AT_SYMLINK_NOFOLLOW) != 0 || before.st_mtim.tv_sec < started_s)
+            continue;
         int file = openat(cc_global.dir_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (file < 0) continue;
         char header[CCF_SESSION_FIXED_SIZE];

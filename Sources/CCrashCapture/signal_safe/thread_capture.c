@@ -23,11 +23,13 @@ enum {
 };
 
 static cc_thread_slot cc_slots[CC_MAX_THREADS];
+static char cc_task_entries[8192];  // /proc/self/task, listed
 static int cc_slot_count;
 static int cc_threads_total;      // every thread /proc/self/task listed, the crashing one included
 static _Atomic int cc_capture_open;  // the capture handler answers only while this is set
-static _Atomic uint32_t cc_release_word;
-static int cc_task_dir = -1;  // /proc/self/task while the threads are described  // futex word: 1 once the captured threads may go on
+static _Atomic uint32_t cc_release_word;  // futex word: 1 once the captured threads may go on
+static _Atomic uint32_t cc_answer_word;  // futex word: counts the answers, each one wakes the asker
+static int cc_task_dir = -1;  // /proc/self/task while the threads are described
 
 #define CC_WAITING_CRASHERS 64
 
@@ -69,6 +71,8 @@ void cc_thread_capture_handler(int signo, siginfo_t *info, void *context) {
         int asked = CC_SLOT_ASKED;
         // Too late (the reporter gave up on us): go on at once.
         if (!atomic_compare_exchange_strong(&slot->state, &asked, CC_SLOT_CAPTURED)) break;
+        atomic_fetch_add(&cc_answer_word, 1);
+        syscall(SYS_futex, &cc_answer_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         // Hold still until released: our stack is being unwound. Bounded (30 s) in case the
         // reporting thread never gets there.
         struct timespec tick = {0, 10 * 1000000};
@@ -164,12 +168,11 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
     int signo = cc_global.thread_signal;
     int dir = openat(AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) return 0;
-    static char entries[8192];
     for (;;) {
-        long n = syscall(SYS_getdents64, dir, entries, sizeof(entries));
+        long n = syscall(SYS_getdents64, dir, cc_task_entries, sizeof(cc_task_entries));
         if (n <= 0) break;
         for (long at = 0; at < n;) {
-            const char *record = entries + at;
+            const char *record = cc_task_entries + at;
             unsigned short length;
             memcpy(&length, record + 16, sizeof(length));
             const char *name = record + 19;
@@ -199,6 +202,7 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
         return cc_slot_count;
     }
     atomic_store(&cc_release_word, 0);
+    atomic_store(&cc_answer_word, 0);
     atomic_store(&cc_capture_open, 1);
     pid_t pid = getpid();
     // Each thread is described (its state as the crash found it) and then asked at once, so
@@ -210,12 +214,16 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
             cc_slots[i].why = "exited";
         }
     }
-    struct timespec tick = {0, 20000};
+    // Each answer wakes us (a futex, not a sleep: nanosleep's timer slack alone is 50 µs).
+    // The count is read before the slots so that an answer between the two is not slept through.
     for (;;) {
+        uint32_t answers = atomic_load(&cc_answer_word);
         int pending = 0;
         for (int i = 0; i < cc_slot_count; i++) pending += atomic_load(&cc_slots[i].state) == CC_SLOT_ASKED;
-        if (pending == 0 || cc_monotonic_ns() >= deadline_ns) break;
-        nanosleep(&tick, NULL);
+        int64_t left = deadline_ns - cc_monotonic_ns();
+        if (pending == 0 || left <= 0) break;
+        struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+        syscall(SYS_futex, &cc_answer_word, FUTEX_WAIT_PRIVATE, answers, &wait, NULL, 0);
     }
     for (int i = 0; i < cc_slot_count; i++) {
         int asked = CC_SLOT_ASKED;
@@ -225,6 +233,12 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
     close(cc_task_dir);
     cc_task_dir = -1;
     return cc_slot_count;
+}
+
+// The start of the listing buffer and the first slots, which every report writes.
+void cc_threads_prepare(void) {
+    cc_touch_pages(cc_task_entries, 1);
+    cc_touch_pages(cc_slots, 2 * sizeof(cc_slots[0]));
 }
 
 int cc_threads_total_count(void) { return cc_threads_total; }
