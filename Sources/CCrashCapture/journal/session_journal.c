@@ -225,7 +225,8 @@ static void cc_retire_exec_predecessors(void) {
         clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
         return;
     // The process's start on the wall clock, less 2 s for clocks and timestamps' grain.
-    int64_t started_s = (int64_t)wall.tv_sec - ((int64_t)boot.tv_sec - (int64_t)(cc_global.start_ticks / (uint64_t)cc_global.clock_ticks)) - 2;
+    int64_t ran_s = (int64_t)boot.tv_sec - (int64_t)(cc_global.start_ticks / (uint64_t)cc_global.clock_ticks);
+    int64_t started_s = (int64_t)wall.tv_sec - ran_s - 2;
     int fd = dup(cc_global.dir_fd);
     DIR *directory = fd >= 0 ? fdopendir(fd) : NULL;
     if (directory == NULL) {
@@ -235,15 +236,14 @@ static void cc_retire_exec_predecessors(void) {
     size_t prefix = strlen(CCF_SESSION_FILE_PREFIX);
     for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
         if (strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, prefix) != 0) continue;
-        struct stat before;
-        if (fstatat(cc_global.dir_fd, entry->d_name, &before, AT_SYMLINK_NOFOLLOW) != 0 || before.st_mtim.tv_sec < started_s)
+        struct stat info;
+        if (fstatat(cc_global.dir_fd, entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode) ||
+            info.st_mtim.tv_sec < started_s)
             continue;
         int file = openat(cc_global.dir_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (file < 0) continue;
         char header[CCF_SESSION_FIXED_SIZE];
-        struct stat info;
-        bool ours = fstat(file, &info) == 0 && S_ISREG(info.st_mode) &&
-                    pread(file, header, sizeof(header), 0) == (ssize_t)sizeof(header) &&
+        bool ours = pread(file, header, sizeof(header), 0) == (ssize_t)sizeof(header) &&
                     memcmp(header, CCF_SESSION_MAGIC, 4) == 0;
         close(file);
         if (!ours) continue;

@@ -130,9 +130,12 @@ void cc_crc32_prepare(void) {
         for (int bit = 0; bit < 8; bit++) crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
         cc_crc32_tables[0][i] = crc;
     }
-    for (int k = 1; k < 8; k++)
-        for (int i = 0; i < 256; i++)
-            cc_crc32_tables[k][i] = (cc_crc32_tables[k - 1][i] >> 8) ^ cc_crc32_tables[0][cc_crc32_tables[k - 1][i] & 0xff];
+    for (int k = 1; k < 8; k++) {
+        for (int i = 0; i < 256; i++) {
+            uint32_t previous = cc_crc32_tables[k - 1][i];
+            cc_crc32_tables[k][i] = (previous >> 8) ^ cc_crc32_tables[0][previous & 0xff];
+        }
+    }
     cc_crc32_prepared = true;
 }
 
