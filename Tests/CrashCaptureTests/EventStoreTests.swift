@@ -92,6 +92,32 @@ import Testing
         #expect(try store.claimBatch(limit: 50)?.events.first?.eventID == "e100")
     }
 
+    @Test func aReleasedBatchComesBackInPlaceAroundBatchesStillInFlight() throws {
+        let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 130, maximumBytes: 1 << 20))
+        try store.insert(events(0..<120))
+        let first = try #require(try store.claimBatch(limit: 40))
+        let second = try #require(try store.claimBatch(limit: 40))
+        try store.release(first)
+        // Back in place, and it stops where the batch still in flight begins.
+        let again = try #require(try store.claimBatch(limit: 50))
+        #expect(again.events.map(\.eventID) == (0..<40).map { "e\($0)" })
+        let third = try #require(try store.claimBatch(limit: 50))
+        #expect(third.events.map(\.eventID) == (80..<120).map { "e\($0)" })
+        // A batch no longer in flight (released, then claimed again under another token) removes nothing.
+        try store.complete(first)
+        #expect(store.count == 120)
+        // The cap drops the oldest rows that are not in flight: here none of the first 120 is free.
+        try store.complete(again)
+        try store.insert(events(120..<200))
+        #expect(store.count == 130)
+        let left = try store.events(limit: 1000).map(\.eventID)
+        #expect(Array(left.prefix(80)) == (40..<120).map { "e\($0)" }, "rows in flight are never dropped")
+        #expect(left.last == "e199")
+        try store.complete(second)
+        try store.complete(third)
+        #expect(try store.claimBatch(limit: 100)?.events.first?.eventID == "e150")
+    }
+
     @Test func rememberedIDsAreNeverImportedTwice() throws {
         let store = try EventStore(path: storePath())
         try store.insert(events(0..<3, prefix: "crash"), rememberIDs: true)

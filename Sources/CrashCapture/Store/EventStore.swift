@@ -49,6 +49,12 @@ package final class EventStore: @unchecked Sendable {
     private var eventCount = 0
     private var eventBytes = 0
     private var nextToken: Int64 = 1
+    private let checkpointPages: Int
+    /// The batches being uploaded: token → the sequence range the batch spans, no two
+    /// overlapping. Kept here, not in the table: a claim then writes nothing (marking the rows
+    /// rewrote their pages into the WAL, as much as the delete that follows), and a claim
+    /// never outlived its process anyway (the rows went back in line at the next open).
+    private var inFlight: [Int64: ClosedRange<Int64>] = [:]
     private var insertStatement: SQLiteStatement!
     private var rememberStatement: SQLiteStatement!
     private var seenStatement: SQLiteStatement!
@@ -57,12 +63,15 @@ package final class EventStore: @unchecked Sendable {
     /// tens of ms for a full store). The SDK passes false and calls `checkIntegrity()` on its
     /// writer queue instead, off the installing thread; damage that shows at open (not a
     /// database, not ours) is always caught here.
-    package init(path: String, limits: Limits = Limits(), verifyNow: Bool = true) throws {
+    /// `checkpointPages`: how large the WAL grows (in 4 KiB pages) before the commit that
+    /// crosses it copies it into the database, with two fsyncs; SQLite's default is 1,000.
+    package init(path: String, limits: Limits = Limits(), verifyNow: Bool = true, checkpointPages: Int = 1000) throws {
         guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
             throw CrashCaptureError.invalidArgument("event store limits must be positive")
         }
         self.path = path
         self.limits = limits
+        self.checkpointPages = max(1, checkpointPages)
         lock.lock()
         defer { lock.unlock() }
         do {
@@ -110,10 +119,13 @@ package final class EventStore: @unchecked Sendable {
     }
 
     private func load() throws {
+        try connection.execute("PRAGMA wal_autocheckpoint = \(checkpointPages)")
         contextIDs = [:]
         try prepareStatements()
         try readTotals()
-        // Rows a dead process was uploading go back in line; the collector de-duplicates.
+        inFlight = [:]
+        // A store last written by a version that marked claimed rows in the table: they go
+        // back in line (the collector de-duplicates).
         try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight != 0")
     }
 
@@ -544,31 +556,34 @@ package final class EventStore: @unchecked Sendable {
     /// Drops the oldest events (never ones in flight) until both limits hold again.
     private func enforceLimits() throws -> Int {
         guard eventCount > limits.maximumEvents || eventBytes > limits.maximumBytes else { return 0 }
-        let oldest = try connection.prepare("SELECT seq, bytes FROM events WHERE in_flight = 0 ORDER BY seq")
+        let oldest = try connection.prepare("SELECT seq, bytes FROM events ORDER BY seq")
         var cutoff: Int64 = -1
         var dropped = 0
         var count = eventCount
         var bytes = eventBytes
         while count > limits.maximumEvents || bytes > limits.maximumBytes, try oldest.step() {
-            cutoff = oldest.int64(0)
+            let sequence = oldest.int64(0)
+            if isInFlight(sequence) { continue }
+            cutoff = sequence
             bytes -= Int(oldest.int64(1))
             count -= 1
             dropped += 1
         }
         oldest.reset()
         guard dropped > 0 else { return 0 }
-        try connection.execute("DELETE FROM events WHERE in_flight = 0 AND seq <= \(cutoff)")
+        let spared = inFlight.values.map { " AND seq NOT BETWEEN \($0.lowerBound) AND \($0.upperBound)" }.joined()
+        try connection.execute("DELETE FROM events WHERE seq <= \(cutoff)\(spared)")
         try connection.execute("UPDATE meta SET value = value + \(dropped) WHERE key = 'dropped'")
         eventCount = count
         eventBytes = bytes
         return dropped
     }
 
-    /// The oldest events not yet in flight, marked as in flight under a new token.
+    /// The oldest events not yet in flight, claimed under a new token.
     package func claimBatch(limit: Int) throws -> Batch? {
         lock.lock()
         defer { lock.unlock() }
-        return try claim(limit: limit)
+        return try claim(limit: limit).map(register)
     }
 
     /// `done` was accepted: its events leave the store; and the next batch is claimed. One
@@ -576,41 +591,57 @@ package final class EventStore: @unchecked Sendable {
     package func completeAndClaim(_ done: Batch?, limit: Int) throws -> Batch? {
         lock.lock()
         defer { lock.unlock() }
-        guard let done else { return try claim(limit: limit) }
-        return try change {
+        guard let done else { return try claim(limit: limit).map(register) }
+        let next = try change {
             try remove(done)
             return try claim(limit: limit)
         }
+        // Only once the transaction is committed: a failed one changed nothing.
+        inFlight[done.token] = nil
+        return next.map(register)
     }
 
-    private func claim(limit: Int) throws -> Batch? {
+    private func isInFlight(_ sequence: Int64) -> Bool { inFlight.values.contains { $0.contains(sequence) } }
+
+    /// The oldest rows in no batch in flight, up to `limit`, stopping short of the next batch
+    /// in flight so that a batch is one range of the table that holds no other batch's rows.
+    private func claim(limit: Int) throws -> [Event]? {
         let select = try statement(
-            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE in_flight = 0 ORDER BY seq LIMIT ?")
-        defer { select.reset() }
-        try select.bind(1, Int64(max(1, limit)))
-        var events: [Event] = []
-        while try select.step() {
-            events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?")
+        var after: Int64 = 0
+        for range in inFlight.values.sorted(by: { $0.lowerBound < $1.lowerBound }) + [Int64.max...Int64.max] {
+            if range.lowerBound > after + 1 {
+                defer { select.reset() }
+                try select.bind(1, after)
+                try select.bind(2, range.lowerBound)
+                try select.bind(3, Int64(max(1, limit)))
+                var events: [Event] = []
+                while try select.step() {
+                    events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
+                }
+                if !events.isEmpty { return events }
+            }
+            after = max(after, range.upperBound)
         }
-        guard let first = events.first, let last = events.last else { return nil }
+        return nil
+    }
+
+    private func register(_ events: [Event]) -> Batch {
         let token = nextToken
         nextToken += 1
-        let mark = try statement("UPDATE events SET in_flight = ? WHERE in_flight = 0 AND seq BETWEEN ? AND ?")
-        try mark.bind(1, token)
-        try mark.bind(2, first.sequence)
-        try mark.bind(3, last.sequence)
-        _ = try mark.step()
+        inFlight[token] = events[0].sequence...events[events.count - 1].sequence
         return Batch(token: token, events: events)
     }
 
-    /// Binds a batch's place to a statement that ends in `batchClause`: its sequence range (the
-    /// primary key) and its token, so no operation on a batch scans the table.
-    private static let batchClause = "seq BETWEEN ? AND ? AND in_flight = ?"
+    /// Binds a batch's sequence range to a statement that ends in `batchClause` (the primary
+    /// key: no operation on a batch scans the table). A batch no longer in flight (released,
+    /// or from an earlier store) binds an empty range.
+    private static let batchClause = "seq BETWEEN ? AND ?"
 
     private func bind(_ batch: Batch, to statement: SQLiteStatement, from index: Int32) throws {
-        try statement.bind(index, batch.events.first?.sequence ?? 0)
-        try statement.bind(index + 1, batch.events.last?.sequence ?? -1)
-        try statement.bind(index + 2, batch.token)
+        let range = inFlight[batch.token]
+        try statement.bind(index, range?.lowerBound ?? 0)
+        try statement.bind(index + 1, range?.upperBound ?? -1)
     }
 
     /// Takes a batch's rows out of the in-memory counts, then out of the table.
@@ -632,15 +663,14 @@ package final class EventStore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         try change { try remove(batch) }
+        inFlight[batch.token] = nil
     }
 
     /// The attempt failed in a way worth retrying: the events go back in line, in place.
     package func release(_ batch: Batch) throws {
         lock.lock()
         defer { lock.unlock() }
-        let release = try statement("UPDATE events SET in_flight = 0 WHERE \(Self.batchClause)")
-        try bind(batch, to: release, from: 1)
-        _ = try release.step()
+        inFlight[batch.token] = nil
     }
 
     /// The server refused the batch as malformed: keep its events aside, out of the queue,
@@ -662,6 +692,7 @@ package final class EventStore: @unchecked Sendable {
             try move.step()
             try remove(batch)
         }
+        inFlight[batch.token] = nil
     }
 
     /// Events in order, after a sequence number (for inspection and the collector's GET /events).
