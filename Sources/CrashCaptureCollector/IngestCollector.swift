@@ -80,7 +80,11 @@ package final class IngestCollector: @unchecked Sendable {
             )
         }
         let existed = FileManager.default.fileExists(atPath: databasePath)
-        store = try EventStore(path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max))
+        // A checkpoint every 32 MiB of WAL rather than SQLite's 4 MiB: the commit that runs one
+        // waits for its copy and two fsyncs, and at every 4 MiB that set the p99 of a request
+        // (10-13 ms against 2.5-3.7 ms, single client, `crashcap-bench ingest`).
+        store = try EventStore(
+            path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max), checkpointPages: 8192)
         database.start()
         decoders.start()
         do {
