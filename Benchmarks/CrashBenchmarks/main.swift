@@ -362,7 +362,11 @@ func pipelineBenchmarks(events: Int) throws {
     print("| CrashCapture.install(), new directory and empty store | \(format(firstInstall, 2)) ms |")
     print("| CrashCapture.install() over a store of \(store.count) events | \(format(fullInstall, 2)) ms |\n")
 
-    // Upload: a store full of events, sent in batches of 50 to the collector over loopback.
+    try uploadBenchmark(payloads: uploadPayloads, directory: directory)
+}
+
+/// Upload: a store full of events, sent in batches of 50 to the collector over loopback.
+func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: String) throws {
     let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
     let uploadStore = try EventStore(path: directory + "/upload.sqlite")
     try uploadStore.insert(uploadPayloads)
@@ -781,13 +785,25 @@ case "journal":
     try journalBenchmarks(idleSeconds: option("--idle-seconds", default: 30))
 case "watch":
     try watchBenchmark(runs: option("--runs", default: 30))
+case "upload":
+    // The upload alone, for profiling: the events of a track() run, then the collector.
+    let directory = temporaryDirectory()
+    let configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        trackLifecycle: false, journalBytes: 128 << 20)
+    let count = option("--events", default: 50_000)
+    _ = try trackRun(events: count, configuration: configuration)
+    let payloads = try EventStore(path: directory + "/events.sqlite").events(limit: count).map {
+        ($0.eventID, $0.payload)
+    }
+    try uploadBenchmark(payloads: payloads, directory: directory)
 case "ingest":
     try ingestBenchmark(batches: option("--batches", default: 500))
     print("")
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | watch [--runs N] | ingest [--batches N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | watch [--runs N] | ingest [--batches N]\n"
             .data(using: .utf8)!)
     exit(64)
 }
