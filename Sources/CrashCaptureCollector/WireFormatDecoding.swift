@@ -11,10 +11,12 @@ extension WireFormat {
         try decodeWithText(body: body, maximumInflated: maximumInflated).map(\.object)
     }
 
-    /// The record types of the Sensors Analytics data model.
+    /// The record types of the Sensors Analytics data model; `detail_set` and `detail_delete`
+    /// are the detail records (a `schema` and an `id`) of the Java SDK's 3.x schema API.
     package static let recordTypes: Set<String> = [
         "track", "track_signup", "track_id_bind", "track_id_unbind", "profile_set", "profile_set_once",
         "profile_increment", "profile_append", "profile_unset", "profile_delete", "item_set", "item_delete",
+        "detail_set", "detail_delete",
     ]
 
     /// What the collector stores: each record's de-duplication key and its own JSON text as it

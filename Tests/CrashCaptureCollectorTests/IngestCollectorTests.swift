@@ -104,6 +104,42 @@ import Testing
         #expect(events.filter { $0["event"] as? String == "Batch" }.count == 7)
     }
 
+    /// What the official Java SDK (3.6.8, `BatchConsumer`) sent for one call of each of its
+    /// record methods, byte for byte but for the `lib` member: `gzip=1`, no `crc`, `_track_id`
+    /// and no `event_id`, the identity records and the schema API's detail records.
+    @Test func theJavaSDKsBatchIsAccepted() throws {
+        let lib = #""lib":{"$lib":"Java","$lib_method":"code","$lib_version":"3.6.8"}"#
+        let records = [
+            #"{"_track_id":676409829,\#(lib),"distinct_id":"u-batch","time":1795443210461,"type":"track","event":"check_event","properties":{"$lib":"Java","tag":"batch","$lib_version":"3.6.8"}}"#,
+            #"{"_track_id":-939320222,\#(lib),"distinct_id":"login-batch","time":1795443210461,"original_id":"u-batch","type":"track_signup","event":"$SignUp","properties":{"$lib":"Java","tag":"batch"}}"#,
+            #"{"_track_id":818592734,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_set","properties":{"tag":"batch"}}"#,
+            #"{"_track_id":-292585991,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_set_once","properties":{"tag":"batch"}}"#,
+            #"{"_track_id":-394491629,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_increment","properties":{"count":1}}"#,
+            #"{"_track_id":1027949714,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_append","properties":{"list":["x","y"]}}"#,
+            #"{"_track_id":347898989,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_unset","properties":{"tag":true}}"#,
+            #"{"_track_id":1477059470,\#(lib),"distinct_id":"u-batch","time":1795443210462,"type":"profile_delete","properties":{}}"#,
+            #"{\#(lib),"item_id":"b-batch","item_type":"book","time":1795443210463,"type":"item_set","properties":{"tag":"batch"}}"#,
+            #"{\#(lib),"item_id":"b-batch","item_type":"book","time":1795443210463,"type":"item_delete","properties":{"tag":"batch"}}"#,
+            #"{"_track_id":2085143461,"identities":{"$identity_mobile":"1-batch","$identity_email":"batch@x"},\#(lib),"distinct_id":"$identity_mobile+1-batch","time_free":true,"time":1795443210464,"type":"track_id_bind","event":"$BindID","properties":{"$lib":"Java"}}"#,
+            #"{"_track_id":1921409705,"identities":{"$identity_mobile":"1-batch"},\#(lib),"distinct_id":"$identity_mobile+1-batch","time_free":true,"time":1795443210464,"type":"track_id_unbind","event":"$UnbindID","properties":{"$lib":"Java"}}"#,
+            #"{"schema":"orders","_track_id":770849719,\#(lib),"time":1795443210465,"id":"d-batch","type":"detail_set","version":"2.0","properties":{"tag":"batch"}}"#,
+            #"{"schema":"orders","_track_id":1048875429,\#(lib),"time":1795443210466,"id":"d-batch","type":"detail_delete","version":"2.0","properties":{}}"#,
+        ]
+        // The SDK's HttpConsumer: gzip, base64, form-encoded, and no crc field.
+        let dataList = try WireFormat.gzip(Data("[\(records.joined(separator: ","))]".utf8)).base64EncodedString()
+        let body = Data("gzip=1&data_list=\(WireFormat.formEscape(dataList))".utf8)
+        let collector = try CollectorProcess()
+        let (status, answer) = try collector.request("POST", "/sa", body: body)
+        #expect(status == 200, "\(String(decoding: answer, as: UTF8.self))")
+        let stored = try collector.events()
+        #expect(stored.count == records.count)
+        #expect(Set(stored.compactMap { $0["type"] as? String }).isSuperset(of: ["detail_set", "detail_delete"]))
+        // The SDK sends a failed batch again as it was: nothing is stored twice.
+        let (again, _) = try collector.request("POST", "/sa", body: body)
+        #expect(again == 200)
+        #expect(try collector.events().count == records.count)
+    }
+
     /// The web SDK's image beacon: one record in the query, its checksum in `ext`, a GIF back.
     @Test func theWebBeaconIsAccepted() throws {
         let collector = try CollectorProcess()
