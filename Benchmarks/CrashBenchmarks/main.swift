@@ -797,13 +797,37 @@ case "upload":
         ($0.eventID, $0.payload)
     }
     try uploadBenchmark(payloads: payloads, directory: directory)
+case "decode":
+    // The collector's checks alone (form, base64, gzip, the JSON scan), on a batch shaped like
+    // the ingest benchmark's (50 events, each a 600-byte string) and on one of 50 tracked events.
+    let padded = (0..<50).map {
+        #"{"type":"track","event_id":"d-\#($0)","event":"bench_event","properties":{"pad":""#
+            + String(repeating: "p", count: 600) + #"","index":\#($0)}}"#
+    }
+    let directory = temporaryDirectory()
+    let configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        trackLifecycle: false)
+    _ = try trackRun(events: 200, configuration: configuration)
+    let tracked = try EventStore(path: directory + "/events.sqlite").events(limit: 50).map(\.payload)
+    for (name, events) in [("50 events of one 600-byte string", padded), ("50 tracked events", tracked)] {
+        let body = try WireFormat.encode(events: events)
+        var samples: [Double] = []
+        for _ in 0..<option("--rounds", default: 3000) {
+            let start = monotonic()
+            _ = try WireFormat.decodeEvents(body: body)
+            samples.append(Double(monotonic() - start) / 1000)
+        }
+        let statistics = Statistics(samples)
+        print("\(name): median \(format(statistics.median, 1)) µs, p90 \(format(statistics.percentile(0.9), 1)) µs")
+    }
 case "ingest":
     try ingestBenchmark(batches: option("--batches", default: 500))
     print("")
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | watch [--runs N] | ingest [--batches N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | decode [--rounds N] | watch [--runs N] | ingest [--batches N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -274,6 +274,13 @@ struct JSONScanner {
         let start = index
         var escaped = false
         while index < bytes.count {
+            // Eight plain bytes at a time: most of a batch is string contents.
+            while index + 8 <= bytes.count,
+                !Self.endsOrEscapes(UnsafeRawBufferPointer(bytes).loadUnaligned(fromByteOffset: index, as: UInt64.self))
+            {
+                index += 8
+            }
+            guard index < bytes.count else { break }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\\") {
                 escaped = true
@@ -308,6 +315,17 @@ struct JSONScanner {
             index += 1
         }
         throw fail("unterminated string")
+    }
+
+    /// Whether any of eight bytes is a quote, a backslash or a control character (below 0x20):
+    /// the bytes a string scan must stop at. Each test is the exact "has a byte below n" of
+    /// SWAR (a borrow never crosses into a byte above one that matched).
+    static func endsOrEscapes(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        func hasByteBelow(_ value: UInt64, _ limit: UInt64) -> Bool { (value &- ones &* limit) & ~value & highs != 0 }
+        return hasByteBelow(word, 0x20) || hasByteBelow(word ^ (ones &* 0x22), 1)
+            || hasByteBelow(word ^ (ones &* 0x5c), 1)
     }
 
     /// The four hex digits of a \\u escape starting at `position`.

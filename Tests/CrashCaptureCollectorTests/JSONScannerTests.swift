@@ -13,6 +13,29 @@ import Testing
         return try WireFormat.decodeEvents(body: Data(form.utf8))
     }
 
+    /// The eight-bytes-at-a-time string scan stops exactly where the byte-wise one would:
+    /// every byte value in every position, and random words (UTF-8 lead bytes included).
+    @Test func theWordAtATimeScanStopsAtEveryByteItMust() {
+        func stops(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x22 || byte == 0x5c }
+        for position in 0..<8 {
+            for value in 0...255 {
+                var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: 8)
+                bytes[position] = UInt8(value)
+                let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                #expect(JSONScanner.endsOrEscapes(word) == stops(UInt8(value)), "byte \(value) at \(position)")
+            }
+        }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<100_000 {
+            let bytes = (0..<8).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+            if JSONScanner.endsOrEscapes(word) != bytes.contains(where: stops) {
+                Issue.record("\(bytes) decided wrongly")
+                break
+            }
+        }
+    }
+
     @Test func acceptsWhatJSONAllowsAndKeepsTheText() throws {
         let json = """
              [ {"type":"track","event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
