@@ -135,8 +135,11 @@ extension WireFormat {
         if let first = value.first(where: { $0 != 0x20 }), first == UInt8(ascii: "{") || first == UInt8(ascii: "[") {
             packed = Data(value)
         } else {
-            // A client that left base64's '+' unescaped sent what form decoding made a space.
-            let base64 = value.map { $0 == 0x20 ? UInt8(ascii: "+") : $0 }
+            // A client that left base64's '+' unescaped sent what form decoding made a space;
+            // one that broke the base64 into lines (MIME's CR LF every 76) sent line ends.
+            let base64 = value.compactMap { byte -> UInt8? in
+                byte == 0x20 ? UInt8(ascii: "+") : byte == 0x0d || byte == 0x0a ? nil : byte
+            }
             guard let decoded = Data(base64Encoded: Data(base64)) else {
                 throw CrashCaptureError.corrupt("\(field) is neither base64 nor JSON text")
             }
@@ -145,6 +148,10 @@ extension WireFormat {
         switch fields["gzip"].map({ String(decoding: $0, as: UTF8.self) }) ?? "0" {
         case "1": return (try gunzip(packed, maximumBytes: maximumInflated), single)
         case "0", "": return (packed, single)
+        case "9":
+            // The SDKs' encryption option: the payload is sealed with the server's key.
+            throw CrashCaptureError.corrupt(
+                "gzip=9 marks an encrypted batch, which this collector cannot decrypt: turn encryption off in the SDK")
         default: throw CrashCaptureError.corrupt("gzip must be 0 or 1")
         }
     }

@@ -73,6 +73,20 @@ import Testing
         expectError("crc=\(crc)&gzip=0&data_list=%FF", "malformed form field")
         expectError("crc=x&gzip=0&data_list=\(WireFormat.formEscape(data))", "32-bit")
         expectError("crc=\(crc)&gzip=2&data_list=\(WireFormat.formEscape(data))", "gzip must be")
+        // The iOS SDK's encrypted form names the option to turn off.
+        expectError("crc=\(crc)&gzip=9&data_list=\(WireFormat.formEscape(data))", "encrypted batch")
+        // Base64 broken into lines, CR LF or LF alone, checksummed as sent.
+        for lineEnd in ["\r\n", "\n"] {
+            // Ids that do not compress, so that the base64 runs over several lines.
+            let ids = (0..<8).map { _ in UUID().uuidString }
+            let zipped = try WireFormat.gzip(
+                Data("[{\"event_id\":\"lines\",\"ids\":\"\(ids.joined(separator: ","))\"}]".utf8))
+            let lines = zipped.base64EncodedString(options: [.lineLength64Characters])
+                .replacingOccurrences(of: "\r\n", with: lineEnd)
+            #expect(lines.contains(lineEnd))
+            let body = "crc=\(WireFormat.javaHashCode(lines))&gzip=1&data_list=\(WireFormat.formEscape(lines))"
+            #expect(try WireFormat.decode(body: Data(body.utf8)).first?["event_id"] as? String == "lines")
+        }
         do {
             _ = try WireFormat.decode(body: Data([0x63, 0x72, 0x63, 0x3d, 0xff]))
             Issue.record("a body that is not UTF-8 was decoded")
