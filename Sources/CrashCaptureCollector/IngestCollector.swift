@@ -216,9 +216,7 @@ package final class IngestCollector: @unchecked Sendable {
         }
         let answer: EventLoopFuture<Response>
         if let upload = uploadBody(request) {
-            // Decoded beside the store, stored on the store's one thread.
-            answer = decoders.runIfActive(eventLoop: eventLoop) { [self] in decode(upload) }.flatMap {
-                (decoded: Decoded) in
+            answer = decodeSoon(upload, on: eventLoop).flatMap { (decoded: Decoded) in
                 self.database.runIfActive(eventLoop: eventLoop) { [self] in
                     storeUpload(decoded, beacon: request.path == "/sa.gif")
                 }
@@ -266,9 +264,30 @@ package final class IngestCollector: @unchecked Sendable {
         case refused(Response)
     }
 
-    func decode(_ body: Data) -> Decoded {
+    /// A body up to this size that inflates to no more than `decodedOnLoop` is decoded on the
+    /// event loop, saving a hand-over to another thread and back; anything larger goes to the
+    /// decoders' threads, so that no request holds the loop long (a gzip bomb included).
+    package static let bodyDecodedOnLoop = 64 << 10
+    package static let decodedOnLoop = 256 << 10
+
+    /// The upload decoded: at once, or on the decoders' threads (see `bodyDecodedOnLoop`).
+    func decodeSoon(_ body: Data, on eventLoop: EventLoop) -> EventLoopFuture<Decoded> {
+        if body.count <= Self.bodyDecodedOnLoop {
+            let decoded = decode(body, maximumInflated: min(Self.decodedOnLoop, limits.maximumInflated))
+            if case .refused(let response) = decoded, response.status == 413,
+                limits.maximumInflated > Self.decodedOnLoop
+            {
+                return decoders.runIfActive(eventLoop: eventLoop) { [self] in decode(body) }
+            }
+            return eventLoop.makeSucceededFuture(decoded)
+        }
+        return decoders.runIfActive(eventLoop: eventLoop) { [self] in decode(body) }
+    }
+
+    func decode(_ body: Data, maximumInflated: Int? = nil) -> Decoded {
         do {
-            return .rows(try WireFormat.decodeEvents(body: body, maximumInflated: limits.maximumInflated))
+            return .rows(
+                try WireFormat.decodeEvents(body: body, maximumInflated: maximumInflated ?? limits.maximumInflated))
         } catch {
             // A batch that inflates past the limit is too large, not malformed.
             let tooLarge = "\(error)".contains("inflated data exceeds")

@@ -140,6 +140,21 @@ import Testing
         #expect(try collector.events().count == records.count)
     }
 
+    /// A small body is decoded on the event loop only up to 256 KiB inflated; one that inflates
+    /// further (here about 1 MiB from a few KiB) is decoded again on a decoder thread and stored.
+    @Test func aSmallBodyThatInflatesFarIsStillStored() throws {
+        let padding = String(repeating: "z", count: 2000)
+        let events = (0..<500).map {
+            #"{"type":"track","event_id":"far-\#($0)","event":"e","properties":{"p":"\#(padding)"}}"#
+        }
+        let body = try WireFormat.encode(events: events)
+        #expect(body.count < IngestCollector.bodyDecodedOnLoop)
+        let collector = try CollectorProcess()
+        let (status, answer) = try collector.request("POST", "/sa", body: body)
+        #expect(status == 200, "\(String(decoding: answer, as: UTF8.self))")
+        #expect(try collector.events().count == 500)
+    }
+
     /// The web SDK's image beacon: one record in the query, its checksum in `ext`, a GIF back.
     @Test func theWebBeaconIsAccepted() throws {
         let collector = try CollectorProcess()
