@@ -149,7 +149,7 @@ extension WireFormat {
         case "1": return (try gunzip(packed, maximumBytes: maximumInflated), single)
         case "0", "": return (packed, single)
         case "9":
-            // The SDKs' encryption option: the payload is sealed with the server's key.
+            // The iOS SDK's encryption option: the payload is sealed with the server's key.
             throw CrashCaptureError.corrupt(
                 "gzip=9 marks an encrypted batch, which this collector cannot decrypt: turn encryption off in the SDK")
         default: throw CrashCaptureError.corrupt("gzip must be 0 or 1")
