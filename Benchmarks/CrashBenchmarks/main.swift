@@ -301,7 +301,7 @@ func trackRun(events: Int, configuration: CrashCapture.Configuration, threads: I
 
 func pipelineBenchmarks(events: Int) throws {
     let directory = temporaryDirectory()
-    var configuration = CrashCapture.Configuration(
+    let configuration = CrashCapture.Configuration(
         directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
         storeLimits: .init(maximumEvents: events * 2, maximumBytes: 4 << 30), trackLifecycle: false)
     let installStart = monotonic()

@@ -105,8 +105,9 @@ import Testing
     }
 
     /// What the official Java SDK (3.6.8, `BatchConsumer`) sent for one call of each of its
-    /// record methods, byte for byte but for the `lib` member: `gzip=1`, no `crc`, `_track_id`
-    /// and no `event_id`, the identity records and the schema API's detail records.
+    /// record methods, in its shape and form, with `lib` and some properties shortened:
+    /// `gzip=1`, no `crc`, `_track_id` and no `event_id`, the identity records and the schema
+    /// API's detail records.
     @Test func theJavaSDKsBatchIsAccepted() throws {
         let lib = #""lib":{"$lib":"Java","$lib_method":"code","$lib_version":"3.6.8"}"#
         let records = [

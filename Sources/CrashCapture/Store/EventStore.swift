@@ -125,7 +125,8 @@ package final class EventStore: @unchecked Sendable {
         try readTotals()
         inFlight = [:]
         // A store last written by a version that marked claimed rows in the table: they go
-        // back in line (the collector de-duplicates).
+        // back in line (the collector de-duplicates). The partial index `events_in_flight`,
+        // kept for this, makes it a lookup of nothing in any other store.
         try connection.execute("UPDATE events SET in_flight = 0 WHERE in_flight != 0")
     }
 
