@@ -87,6 +87,8 @@ typedef struct cc_state {
     // The crash file is an unnamed O_TMPFILE until a crash links it into the directory, so
     // sessions that end any other way (exit, exec, SIGKILL) leave nothing behind.
     bool anonymous_file;
+    // The directory is on ext4, where fsync of a file just linked in also makes its name durable.
+    bool fsync_covers_new_name;
     char proc_fd_path[64];
     // The session file, named since install: where the report goes when the directory no
     // longer takes the crash file's name. -1 when there is none (or it is not ours).

@@ -57,6 +57,10 @@ public struct CrashReport: @unchecked Sendable {
         public let fdatasyncNanoseconds: Int64
         public let publishNanoseconds: Int64
         public let fdatasyncSucceeded: Bool
+        /// The file was linked into the directory before its one flush (an `fsync` that makes
+        /// the records and the name durable together, on ext4); otherwise `fdatasync` came
+        /// first and the naming includes a flush of the directory.
+        public let namedBeforeSync: Bool
         /// Of the handler's time, what the other threads took (listing, asking, unwinding).
         public let otherThreadsNanoseconds: Int64
     }
@@ -89,6 +93,7 @@ public struct CrashReport: @unchecked Sendable {
                     fdatasyncNanoseconds: Self.int64(json["fdatasync_ns"]),
                     publishNanoseconds: Self.int64(json["publish_ns"]),
                     fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false,
+                    namedBeforeSync: json["named_before_sync"] as? Bool ?? false,
                     otherThreadsNanoseconds: Self.int64(json["threads_ns"]))
             }
         }

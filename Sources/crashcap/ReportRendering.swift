@@ -58,8 +58,9 @@ enum ReportRendering {
             lines.append(
                 style.dim(
                     String(
-                        format: "handler %.3f ms (fdatasync %.3f ms)", Double(timing.handlerNanoseconds) / 1e6,
-                        Double(timing.fdatasyncNanoseconds) / 1e6)))
+                        format:
+                            "handler %.3f ms (\(timing.namedBeforeSync ? "fsync after naming" : "fdatasync") %.3f ms)",
+                        Double(timing.handlerNanoseconds) / 1e6, Double(timing.fdatasyncNanoseconds) / 1e6)))
         }
         lines.append(style.bold("frames") + ":")
         let frames = report.frames
@@ -244,6 +245,7 @@ enum ReportRendering {
             object["timing"] = [
                 "handler_ns": timing.handlerNanoseconds, "fdatasync_ns": timing.fdatasyncNanoseconds,
                 "write_ns": timing.writeNanoseconds, "publish_ns": timing.publishNanoseconds,
+                "named_before_sync": timing.namedBeforeSync,
             ]
         }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

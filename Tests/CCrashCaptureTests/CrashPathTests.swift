@@ -200,6 +200,26 @@ import Testing
         #expect((report.properties["crash_handler_ms"] as? Double ?? -1) >= 0)
     }
 
+    /// On ext4 the file is linked first and flushed once (its fsync makes the new name durable
+    /// too); elsewhere, tmpfs here, fdatasync comes first and the directory is flushed after.
+    /// The filesystem is read from the kernel's mount table, not from our own detection.
+    @Test(arguments: [NSTemporaryDirectory(), "/dev/shm/"])
+    func reportIsFlushedOnceWhereTheFilesystemAllows(parent: String) throws {
+        let directory = parent + "crashcapture-tests-flush-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        chmod(directory, 0o700)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let filesystem = try #require(mountedFilesystemType(of: directory))
+        let result = try run(
+            Paths.cSample, ["null-read"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_MARKER": directory + "/marker"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let timing = try #require(report.timing)
+        #expect(timing.fdatasyncSucceeded)
+        #expect(timing.namedBeforeSync == (filesystem == "ext4"), "\(directory) is on \(filesystem)")
+    }
+
     @Test func appEndCarriesTheSessionDuration() throws {
         let (_, directory) = try crash(Paths.cSample, "abort")
         let report = try verifiedReport(in: directory, signal: "SIGABRT")
@@ -211,4 +231,21 @@ import Testing
         #expect(end["distinct_id"] as? String == report.crashed?["distinct_id"] as? String)
         #expect(properties["sample_kind"] as? String == "abort")
     }
+}
+
+/// The type of the filesystem mounted where `path` lies, from /proc/self/mountinfo (the
+/// longest mount point that contains it).
+func mountedFilesystemType(of path: String) -> String? {
+    guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+    let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+    var best: (point: String, type: String)?
+    for line in table.split(separator: "\n") {
+        let halves = line.components(separatedBy: " - ")
+        let fields = halves[0].split(separator: " ")
+        guard halves.count == 2, fields.count > 4, let type = halves[1].split(separator: " ").first else { continue }
+        let point = String(fields[4]).replacingOccurrences(of: "\\040", with: " ")
+        let contains = point == "/" || resolved == point || resolved.hasPrefix(point + "/")
+        if contains && point.count >= (best?.point.count ?? -1) { best = (point, String(type)) }
+    }
+    return best?.type
 }

@@ -12,6 +12,8 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,6 +113,29 @@ static int cc_open_directory(const char *path) {
                        (unsigned)(st.st_mode & 07777), strerror(saved));
     }
     return fd;
+}
+
+// ext4 makes a name just linked to a file durable with that file's fsync: with a journal the
+// link and the inode's change share one transaction, which fsync commits; without one,
+// ext4_sync_parent writes the directory of an inode given a new entry. The crash path then
+// links first and flushes once, instead of flushing the records and then the directory.
+// ext2's own driver shares the magic number but not the behaviour, and only the ext4 driver
+// lists its devices under /sys/fs/ext4. Anything else (XFS, btrfs, overlayfs, NFS) keeps
+// the two flushes.
+static bool cc_fsync_covers_new_name(int dir_fd) {
+    struct statfs fs;
+    struct stat st;
+    if (fstatfs(dir_fd, &fs) != 0 || fs.f_type != 0xEF53 || fstat(dir_fd, &st) != 0) return false;
+    char device_link[64];
+    snprintf(device_link, sizeof(device_link), "/sys/dev/block/%u:%u", major(st.st_dev), minor(st.st_dev));
+    char target[PATH_MAX];
+    ssize_t n = readlink(device_link, target, sizeof(target) - 1);
+    if (n <= 0) return false;
+    target[n] = '\0';
+    const char *device = strrchr(target, '/') != NULL ? strrchr(target, '/') + 1 : target;
+    char ext4_entry[PATH_MAX];
+    if (snprintf(ext4_entry, sizeof(ext4_entry), "/sys/fs/ext4/%s", device) >= (int)sizeof(ext4_entry)) return false;
+    return access(ext4_entry, F_OK) == 0;
 }
 
 static bool cc_valid_distinct_id(const char *id, size_t len) {
@@ -530,6 +555,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
     cc_global.dir_fd = dir_fd;
+    cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
     cc_global.crash_line = !config->no_crash_line;
     cc_global.record_arguments = !config->omit_arguments;

@@ -935,7 +935,7 @@ static size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c) {
 }
 
 static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
-                              int64_t publish_ns, int sync_ok) {
+                              int64_t publish_ns, int sync_ok, bool named_before_sync) {
     cc_buf b = {out, 0, cap, false};
     cc_buf_append_str(&b, "{\"event_id\":\"");
     cc_buf_append_str(&b, cc_global.session_id);
@@ -949,6 +949,8 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     cc_buf_append_i64(&b, publish_ns);
     cc_buf_append_str(&b, ",\"fdatasync_ok\":");
     cc_buf_append_str(&b, sync_ok ? "true" : "false");
+    cc_buf_append_str(&b, ",\"named_before_sync\":");
+    cc_buf_append_str(&b, named_before_sync ? "true" : "false");
     cc_buf_append_str(&b, ",\"threads_ns\":");
     cc_buf_append_i64(&b, cc_other_threads_ns);
     cc_buf_append_str(&b, ",\"threads_asked_ns\":");
@@ -1020,8 +1022,9 @@ static bool cc_note_crash_not_kept(void) {
     return cc_write_at(fd, &note, sizeof(note), CCF_SESSION_AT_NOT_KEPT_SIGNAL) == 0 && fdatasync(fd) == 0;
 }
 
-// Gives the unnamed file its name once its records are durable, then makes the name durable.
-static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed) {
+// Gives the unnamed file its name. The name is made durable here unless the file's own
+// fsync, which follows, does that too (flush_directory false).
+static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed, bool flush_directory) {
     if (cc_global.over_bound && cc_global.anonymous_file && fd == cc_global.fd) {
         if (cc_note_crash_not_kept()) atomic_store(&cc_report_named, 3);
         return;
@@ -1031,7 +1034,7 @@ static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed
         return;
     }
     if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0) {
-        fsync(cc_global.dir_fd);
+        if (flush_directory) fsync(cc_global.dir_fd);
         atomic_store(&cc_report_named, 1);
         return;
     }
@@ -1157,17 +1160,26 @@ static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_n
     if (fd < 0) return;
     int64_t write_start = cc_monotonic_ns();
     if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) return;
-    int64_t sync_start = cc_monotonic_ns();
-    int sync_ok = fdatasync(fd) == 0;
+    int64_t written = cc_monotonic_ns();
+    // Where one fsync makes both the records and the new name durable, the file is named
+    // first and flushed once: a flush is most of the handler's time. Power lost between the
+    // two leaves a named file whose records fail their checksum, which replay sets aside as
+    // damaged; without the name the report would be lost all the same.
+    bool name_first = cc_global.fsync_covers_new_name && cc_global.anonymous_file && fd == cc_global.fd &&
+                      !cc_global.over_bound;
+    int sync_ok = name_first ? 1 : fdatasync(fd) == 0;
     int64_t synced = cc_monotonic_ns();
-    cc_publish(fd, out, total, allowed);
+    cc_publish(fd, out, total, allowed, !name_first);
+    int64_t published = cc_monotonic_ns();
+    if (name_first) sync_ok = fsync(fd) == 0;
     int64_t done = cc_monotonic_ns();
     atomic_store(&cc_report_written, 1);
 
     // Timings are known only now; they ride in a record of their own that the kernel
     // flushes on its own schedule (the page cache outlives the process).
     size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, done - entry_ns,
-                                    sync_start - write_start, synced - sync_start, done - synced, sync_ok);
+                                    written - write_start, name_first ? done - published : synced - written,
+                                    published - synced, sync_ok, name_first);
     if (timing > 0 && cc_global.record_offset + total + CCF_RECORD_HEADER_SIZE + timing <= allowed) {
         cc_frame_in_place(out, CCF_RECORD_TIMING, timing);
         cc_write_all(fd, out, CCF_RECORD_HEADER_SIZE + timing);
