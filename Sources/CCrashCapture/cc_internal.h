@@ -28,7 +28,11 @@
 #define CC_THREAD_FRAMES 128     // frames per other thread
 #define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
 #define CC_ALTSTACK_SIZE (64 * 1024)
-#define CC_RESERVED_FDS 3
+// Descriptors held from install for the crash path: the process-state files it reads, each
+// kept open so that a crash reads it without a path lookup (a cold /proc or cgroup lookup
+// costs tens of µs), /dev/null in a slot whose file cannot be opened. All are closed once
+// read, which gives the rest of the crash path room in a process that ran out of descriptors.
+enum { CC_KEPT_STATUS, CC_KEPT_CMDLINE, CC_KEPT_CGROUP_LIMIT, CC_KEPT_CGROUP_USAGE, CC_RESERVED_FDS };
 
 
 // A growable-nowhere text buffer: appends stop at `cap` and set `overflow`.
@@ -65,7 +69,8 @@ typedef struct cc_state {
     _Atomic int session_ended;  // normal exit seen; the crash file was removed
     int fd;
     int dir_fd;
-    int reserved_fds[CC_RESERVED_FDS];  // /dev/null, opened at install, closed by the reporting thread
+    int reserved_fds[CC_RESERVED_FDS];  // by CC_KEPT_*, opened at install, closed by the reporting thread
+    bool reserved_is_state[CC_RESERVED_FDS];  // the slot holds its process-state file, not /dev/null
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     bool crash_line;  // one line on stderr at a crash
@@ -199,6 +204,11 @@ void cc_threads_release(void);
 
 // signal_safe/process_state.c
 void cc_append_process_state(cc_buf *b, int thread_count);
+// Reads the process-state files kept open since install, then closes every reserved descriptor.
+void cc_process_state_read_kept(void);
+// Install and the forked child: (re)opens the kept process-state files; /proc/self ones name
+// the process that opened them.
+void cc_process_state_keep_files(void);
 void cc_append_memory(cc_buf *b, uintptr_t sp, uintptr_t pc, uintptr_t fault, bool has_fault);
 
 // install/exception_message.c: an uncaught std::exception's what(), in the terminate handler.

@@ -21,7 +21,7 @@
 #include "cc_internal.h"
 #include "crashcapture_sdk.h"
 
-cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1}, .session_fd = -1};
+cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1, -1}, .session_fd = -1};
 
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cc_last_error[1024];
@@ -576,10 +576,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     cc_modules_capture();
     cc_load_libunwind();
-    // Descriptors kept for the crash path's /proc reads (and libunwind's pipe, should it not
-    // have made one above): a process may crash with none left.
-    for (int i = 0; i < CC_RESERVED_FDS; i++)
-        if (cc_global.reserved_fds[i] < 0) cc_global.reserved_fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    cc_process_state_keep_files();
     cc_hook_runtimes();
     crashcapture_install_thread_stack();
     cc_threads_enable(true);

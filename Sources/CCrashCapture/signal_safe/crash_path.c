@@ -1098,12 +1098,10 @@ static void cc_write_crash_line(const cc_crash *c) {
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
     cc_crash_signal = signo;
     cc_crash_code = info != NULL ? info->si_code : 0;
-    // Give back the descriptors kept at install: libunwind's pipe (and a named crash file, if
-    // one must be reopened) find room even when the process had none left.
-    for (int i = 0; i < CC_RESERVED_FDS; i++) {
-        if (cc_global.reserved_fds[i] >= 0) close(cc_global.reserved_fds[i]);
-        cc_global.reserved_fds[i] = -1;
-    }
+    // The process-state files kept since install are read first, then every reserved
+    // descriptor is given back: libunwind's pipe, the listing of the threads (and a named crash
+    // file, if one must be reopened) find room even when the process had none left.
+    cc_process_state_read_kept();
     cc_crash c = {
         .signo = signo,
         .info = info,

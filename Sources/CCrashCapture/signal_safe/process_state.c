@@ -19,12 +19,17 @@ static char cc_proc_text[8192];
 static char cc_fd_entries[4096];
 static struct pollfd cc_polled[512];
 static char cc_cmdline[4096];
+static char cc_cgroup_limit[64];
+static char cc_cgroup_usage[64];
 static unsigned char cc_memory_bytes[4096];
+// What cc_process_state_read_kept read from each kept file; -1 where it read nothing.
+static long cc_kept_length[CC_RESERVED_FDS] = {-1, -1, -1, -1};
 
 void cc_process_state_prepare(void) {
     cc_touch_pages(cc_proc_text, sizeof(cc_proc_text));
     cc_touch_pages(cc_polled, sizeof(cc_polled));
     cc_touch_pages(cc_cmdline, sizeof(cc_cmdline));
+    cc_touch_pages(cc_cgroup_limit, sizeof(cc_cgroup_limit));
     cc_touch_pages(cc_memory_bytes, sizeof(cc_memory_bytes));
 }
 
@@ -41,6 +46,70 @@ static size_t cc_read_whole(const char *path, char *buf, size_t cap) {
     close(fd);
     buf[total] = '\0';
     return total;
+}
+
+static const char *cc_kept_path(int slot) {
+    switch (slot) {
+    case CC_KEPT_STATUS: return "/proc/self/status";
+    case CC_KEPT_CMDLINE: return "/proc/self/cmdline";
+    case CC_KEPT_CGROUP_LIMIT: return cc_global.cgroup_limit_file;
+    default: return cc_global.cgroup_usage_file;
+    }
+}
+
+static char *cc_kept_buffer(int slot, size_t *cap) {
+    switch (slot) {
+    case CC_KEPT_STATUS: *cap = sizeof(cc_proc_text); return cc_proc_text;
+    case CC_KEPT_CMDLINE: *cap = sizeof(cc_cmdline); return cc_cmdline;
+    case CC_KEPT_CGROUP_LIMIT: *cap = sizeof(cc_cgroup_limit); return cc_cgroup_limit;
+    default: *cap = sizeof(cc_cgroup_usage); return cc_cgroup_usage;
+    }
+}
+
+void cc_process_state_keep_files(void) {
+    for (int slot = 0; slot < CC_RESERVED_FDS; slot++) {
+        bool per_process = slot == CC_KEPT_STATUS || slot == CC_KEPT_CMDLINE;
+        if (cc_global.reserved_fds[slot] >= 0 && cc_global.reserved_is_state[slot] && !per_process) continue;
+        if (cc_global.reserved_fds[slot] >= 0) close(cc_global.reserved_fds[slot]);
+        const char *path = cc_kept_path(slot);
+        int fd = path[0] != '\0' ? openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
+        cc_global.reserved_is_state[slot] = fd >= 0;
+        if (fd < 0) fd = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
+        cc_global.reserved_fds[slot] = fd;
+    }
+}
+
+// proc and cgroup files are made anew by each read from offset 0.
+void cc_process_state_read_kept(void) {
+    for (int slot = 0; slot < CC_RESERVED_FDS; slot++) {
+        int fd = cc_global.reserved_fds[slot];
+        cc_kept_length[slot] = -1;
+        if (fd >= 0 && cc_global.reserved_is_state[slot] && lseek(fd, 0, SEEK_SET) == 0) {
+            size_t cap;
+            char *buf = cc_kept_buffer(slot, &cap);
+            size_t total = 0;
+            while (total + 1 < cap) {
+                ssize_t n = read(fd, buf + total, cap - 1 - total);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) break;
+                total += (size_t)n;
+            }
+            buf[total] = '\0';
+            cc_kept_length[slot] = (long)total;
+        }
+        if (fd >= 0) close(fd);
+        cc_global.reserved_fds[slot] = -1;
+        cc_global.reserved_is_state[slot] = false;
+    }
+}
+
+// A kept file's text as the crash found it, or the file read now where none was kept.
+static size_t cc_state_file(int slot) {
+    size_t cap;
+    char *buf = cc_kept_buffer(slot, &cap);
+    if (cc_kept_length[slot] >= 0) return (size_t)cc_kept_length[slot];
+    const char *path = cc_kept_path(slot);
+    return path[0] != '\0' ? cc_read_whole(path, buf, cap) : 0;
 }
 
 static uint64_t cc_parse_u64(const char *text, const char **end) {
@@ -123,7 +192,7 @@ static int cc_count_open_descriptors(uint64_t table_size) {
 // argv from /proc/self/cmdline (NUL-separated), each a JSON string; the program alone when
 // the arguments are not to be recorded. The environment is never read.
 static void cc_append_command_line(cc_buf *b) {
-    size_t n = cc_read_whole("/proc/self/cmdline", cc_cmdline, sizeof(cc_cmdline));
+    size_t n = cc_state_file(CC_KEPT_CMDLINE);
     cc_buf_append_str(b, ",\"command_line\":[");
     size_t start = 0;
     bool first = true;
@@ -142,10 +211,10 @@ static void cc_append_command_line(cc_buf *b) {
 
 static void cc_append_memory_cgroup(cc_buf *b) {
     if (cc_global.cgroup_limit_file[0] == '\0') return;
-    char text[64];
+    const char *text = cc_cgroup_limit;
     cc_buf_append_str(b, ",\"memory_cgroup\":{\"path\":");
     cc_buf_append_json_string(b, cc_global.cgroup_limit_file, sizeof(cc_global.cgroup_limit_file));
-    size_t n = cc_read_whole(cc_global.cgroup_limit_file, text, sizeof(text));
+    size_t n = cc_state_file(CC_KEPT_CGROUP_LIMIT);
     cc_buf_append_str(b, ",\"limit\":");
     if (n == 0) {
         cc_buf_append_str(b, "null");
@@ -157,10 +226,10 @@ static void cc_append_memory_cgroup(cc_buf *b) {
         if (limit >= (1ULL << 62)) cc_buf_append_str(b, "\"unlimited\"");
         else cc_buf_append_u64(b, limit);
     }
-    n = cc_read_whole(cc_global.cgroup_usage_file, text, sizeof(text));
+    n = cc_state_file(CC_KEPT_CGROUP_USAGE);
     cc_buf_append_str(b, ",\"usage\":");
     if (n == 0) cc_buf_append_str(b, "null");
-    else cc_buf_append_u64(b, cc_parse_u64(text, NULL));
+    else cc_buf_append_u64(b, cc_parse_u64(cc_cgroup_usage, NULL));
     cc_buf_append_str(b, "}");
 }
 
@@ -178,7 +247,7 @@ void cc_append_process_state(cc_buf *b, int thread_count) {
     cc_buf_append_str(b, ",\"process\":{\"pid\":");
     cc_buf_append_i64(b, getpid());
     cc_append_command_line(b);
-    size_t n = cc_read_whole("/proc/self/status", cc_proc_text, sizeof(cc_proc_text));
+    size_t n = cc_state_file(CC_KEPT_STATUS);
     cc_append_member_u64(b, "rss_bytes", cc_status_value(cc_proc_text, n, "VmRSS:") * 1024);
     cc_append_member_u64(b, "peak_rss_bytes", cc_status_value(cc_proc_text, n, "VmHWM:") * 1024);
     cc_append_member_u64(b, "threads", (uint64_t)(thread_count > 0 ? thread_count : (int)cc_status_value(cc_proc_text, n, "Threads:")));

@@ -135,6 +135,7 @@ void cc_after_fork_in_child(void) {
     // The inherited descriptor shares the parent's lock and offset: drop it, start a session.
     if (cc_global.fd >= 0) close(cc_global.fd);
     cc_global.fd = -1;
+    cc_process_state_keep_files();
     const char *step;
     if (cc_open_session_file(&step) != 0) atomic_store(&cc_global.session_ended, 1);
 }
