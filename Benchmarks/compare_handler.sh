@@ -1,0 +1,46 @@
+#!/bin/sh
+# Handler time of this checkout against another build, crash by crash: the two samples crash
+# alternately (so that both meet the same disk and the same load), each into a directory of its
+# own, and the medians and p90s of each side's timing records are printed.
+#
+#   sh Benchmarks/compare_handler.sh OTHER_CHECKOUT [CRASHES] [PARENT_DIRECTORY] [SAMPLE_KIND]
+#
+# OTHER_CHECKOUT holds a release crash-sample-c (git worktree add /tmp/old COMMIT, then in it:
+# swift build -c release --disable-default-traits --product crash-sample-c). PARENT_DIRECTORY
+# is where the crash directories go: /tmp (the disk, default) or /dev/shm (tmpfs, no flush:
+# the handler's own work alone).
+set -eu
+here="$(cd "$(dirname "$0")/.." && pwd)"
+other="$1"
+crashes="${2:-60}"
+parent="${3:-/tmp}"
+kind="${4:-deep-stack-64}"
+this_sample="$here/.build/release/crash-sample-c"
+other_sample="$other/.build/release/crash-sample-c"
+crashcap="$here/.build/release/crashcap"
+for program in "$this_sample" "$other_sample" "$crashcap"; do
+    [ -x "$program" ] || { echo "missing $program (build it in release first)" >&2; exit 1; }
+done
+this_dir="$(mktemp -d "$parent/compare-this.XXXXXX")"
+other_dir="$(mktemp -d "$parent/compare-other.XXXXXX")"
+trap 'rm -rf "$this_dir" "$other_dir"' EXIT
+ulimit -c 0
+i=0
+while [ "$i" -lt "$crashes" ]; do
+    CRASHCAPTURE_DIR="$this_dir" SWIFT_BACKTRACE=enable=no "$this_sample" "$kind" >/dev/null 2>&1 || true
+    CRASHCAPTURE_DIR="$other_dir" SWIFT_BACKTRACE=enable=no "$other_sample" "$kind" >/dev/null 2>&1 || true
+    i=$((i + 1))
+done
+for side in this other; do
+    dir="$this_dir"
+    [ "$side" = other ] && dir="$other_dir"
+    for file in "$dir"/*.ccr; do "$crashcap" show --json "$file"; echo; done | SIDE="$side" python3 -c '
+import json, os, statistics, sys
+rows = [json.loads(line)["timing"] for line in sys.stdin if line.strip()]
+def figure(key):
+    values = sorted(row[key] / 1e6 for row in rows)
+    return "%.3f / %.3f" % (statistics.median(values), values[int(len(values) * 0.9)])
+print("%-5s %3d crashes, ms median / p90: handler %s, flush %s, naming %s, write %s" % (
+    os.environ["SIDE"], len(rows), figure("handler_ns"), figure("fdatasync_ns"), figure("publish_ns"),
+    figure("write_ns")))'
+done
