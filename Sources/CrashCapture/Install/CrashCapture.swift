@@ -16,7 +16,7 @@ internal import Logging
 /// ```
 ///
 /// From then on a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE or SIGTRAP (a Swift trap, an
-/// uncaught C++ exception) leaves a checksummed, fdatasync'ed crash report in the directory,
+/// uncaught C++ exception) leaves a checksummed crash report, flushed to disk, in the directory,
 /// and the process still dies of the same signal. The next install in that directory replays
 /// it into the event store, and the uploader sends it with the app's own events.
 public enum CrashCapture: Sendable {
