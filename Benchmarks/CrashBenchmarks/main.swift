@@ -92,76 +92,89 @@ func crashBenchmarks(runs: Int) throws {
     )
     print("\nthreads created by install: \(threadsAdded.sorted())\n")
 
-    // 2. Handler time, fault to fdatasync done, as each report records it.
-    var handler: [Double] = []
-    var fdatasync: [Double] = []
-    var publish: [Double] = []
+    // 2. Handler time, fault to report durable, as each report records it: crashing right
+    // after install (install's own file writes still to be flushed with the report) and once
+    // those writes are on the disk (the sample calls sync() after install), as for a process
+    // that has run for the kernel's writeback interval (about 30 s) or longer.
+    let moments: [(String, [String: String])] = [
+        ("right after install", [:]),
+        ("install's writes on disk (a process that has run ~30 s)", ["CRASH_SAMPLE_SETTLED": "1"]),
+    ]
     var frames: [Int] = []
-    var namedBeforeSync = Set<Bool>()
-    let directory = temporaryDirectory()
-    for _ in 0..<runs {
-        _ = try timedRun(sample, kind, ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
-        for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasSuffix(".ccr") {
-            let report = try CrashReport(path: directory + "/" + file)
-            if let timing = report.timing {
-                handler.append(Double(timing.handlerNanoseconds) / 1e6)
-                fdatasync.append(Double(timing.fdatasyncNanoseconds) / 1e6)
-                publish.append(Double(timing.publishNanoseconds) / 1e6)
-                namedBeforeSync.insert(timing.namedBeforeSync)
-            }
-            frames.append(report.frames.count)
-            try FileManager.default.removeItem(atPath: directory + "/" + file)
-        }
-    }
-    let h = Statistics(handler)
-    let f = Statistics(fdatasync)
-    let p = Statistics(publish)
-    print("## Handler time (\(runs) crashes, \(Statistics(frames.map(Double.init)).median) frames, ms)\n")
-    print("| | median | p90 | max |")
-    print("|---|---|---|---|")
+    print("## Handler time (\(runs) crashes each, ms)\n")
     print(
-        "| fault to fdatasync done | \(format(h.median)) | \(format(h.percentile(0.9))) | \(format(h.percentile(1))) |")
-    // On ext4 the file is linked first and one fsync makes records and name durable; elsewhere
-    // fdatasync comes first and the naming flushes the directory.
-    let oneFlush = namedBeforeSync == [true]
-    let flushName = oneFlush ? "fsync after naming (records and name)" : "fdatasync"
-    let namingName = oneFlush ? "naming the file (linkat)" : "naming the file (linkat + fsync dir)"
-    print("| of which \(flushName) | \(format(f.median)) | \(format(f.percentile(0.9))) | \(format(f.percentile(1))) |")
-    print(
-        "| of which \(namingName) | \(format(p.median)) | \(format(p.percentile(0.9))) | \(format(p.percentile(1))) |"
+        "| crash | fault to report durable: median | p90 | max | of which the flush | of which naming | directory flushed too |"
     )
-    print("\nflushing and naming, share of the median: \(format(100 * (f.median + p.median) / h.median, 1)) %\n")
-
-    // 3. Every thread: the handler with 1, 16, 64 and 256 threads (the others parked in
-    // nanosleep), what the other threads took of it, and the crash file's size.
-    print("## Handler time by thread count (\(runs) crashes each, ms)\n")
-    print("| threads | median | p90 | other threads' share of the median | crash file (KiB) |")
-    print("|---|---|---|---|---|")
-    for threads in [1, 16, 64, 256] {
-        var totals: [Double] = []
-        var others: [Double] = []
-        var sizes: [Double] = []
+    print("|---|---|---|---|---|---|---|")
+    for (moment, environment) in moments {
+        var handler: [Double] = []
+        var flush: [Double] = []
+        var naming: [Double] = []
+        var directoryFlushed = Set<Bool>()
         let directory = temporaryDirectory()
         for _ in 0..<runs {
             _ = try timedRun(
-                sample, ["parked-threads"],
-                ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_THREADS": "\(threads)"])
+                sample, kind,
+                environment.merging(["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"]) { $1 })
             for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasSuffix(".ccr") {
-                let contents = try CrashFileReader.read(path: directory + "/" + file)
-                let report = CrashReport(path: file, contents: contents)
+                let report = try CrashReport(path: directory + "/" + file)
                 if let timing = report.timing {
-                    totals.append(Double(timing.handlerNanoseconds) / 1e6)
-                    others.append(Double(timing.otherThreadsNanoseconds) / 1e6)
+                    handler.append(Double(timing.handlerNanoseconds) / 1e6)
+                    flush.append(Double(timing.fdatasyncNanoseconds) / 1e6)
+                    naming.append(Double(timing.publishNanoseconds) / 1e6)
+                    directoryFlushed.insert(timing.directoryFlushed)
                 }
-                sizes.append(Double(contents.records.reduce(0) { $0 + 16 + $1.payload.count }) / 1024)
+                frames.append(report.frames.count)
                 try FileManager.default.removeItem(atPath: directory + "/" + file)
             }
         }
-        let t = Statistics(totals)
-        let o = Statistics(others)
+        let h = Statistics(handler)
         print(
-            "| \(threads) | \(format(t.median)) | \(format(t.percentile(0.9))) | \(format(100 * o.median / t.median, 0)) % | \(format(Statistics(sizes).median, 1)) |"
-        )
+            "| \(moment) | \(format(h.median)) | \(format(h.percentile(0.9))) | \(format(h.percentile(1))) | "
+                + "\(format(Statistics(flush).median)) | \(format(Statistics(naming).median)) | "
+                + "\(directoryFlushed.map { $0 ? "yes" : "no" }.sorted().joined(separator: ", ")) |")
+    }
+    print("\n\(Statistics(frames.map(Double.init)).median) frames a stack\n")
+
+    // 3. Every thread: the handler with 1, 16, 64 and 256 threads (the others parked in
+    // nanosleep), what the other threads took of it, and the crash file's size; right after
+    // install and with install's writes on disk.
+    print("## Handler time by thread count (\(runs) crashes each, ms)\n")
+    print(
+        "| threads | median | p90 | other threads' share of the median | install's writes on disk: median | p90 | crash file (KiB) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for threads in [1, 16, 64, 256] {
+        var row = "| \(threads) |"
+        var sizes: [Double] = []
+        for (index, (_, environment)) in moments.enumerated() {
+            var totals: [Double] = []
+            var others: [Double] = []
+            let directory = temporaryDirectory()
+            for _ in 0..<runs {
+                _ = try timedRun(
+                    sample, ["parked-threads"],
+                    environment.merging([
+                        "CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no",
+                        "CRASH_SAMPLE_THREADS": "\(threads)",
+                    ]) { $1 })
+                for file in try FileManager.default.contentsOfDirectory(atPath: directory)
+                where file.hasSuffix(".ccr") {
+                    let contents = try CrashFileReader.read(path: directory + "/" + file)
+                    let report = CrashReport(path: file, contents: contents)
+                    if let timing = report.timing {
+                        totals.append(Double(timing.handlerNanoseconds) / 1e6)
+                        others.append(Double(timing.otherThreadsNanoseconds) / 1e6)
+                    }
+                    sizes.append(Double(contents.records.reduce(0) { $0 + 16 + $1.payload.count }) / 1024)
+                    try FileManager.default.removeItem(atPath: directory + "/" + file)
+                }
+            }
+            let t = Statistics(totals)
+            row += " \(format(t.median)) | \(format(t.percentile(0.9))) |"
+            if index == 0 { row += " \(format(100 * Statistics(others).median / t.median, 0)) % |" }
+        }
+        print(row + " \(format(Statistics(sizes).median, 1)) |")
     }
     print("")
 

@@ -176,6 +176,9 @@ int main(int argc, char **argv) {
         }
         if (getenv("CRASH_SAMPLE_FAULT_IN_HANDLER") != NULL) crashcapture_test_fault_in_handler(1);
     }
+    // A process that has run a while: install's files are on the disk, as the kernel's
+    // writeback puts them there within about 30 s.
+    if (getenv("CRASH_SAMPLE_SETTLED") != NULL) sync();
     const char *extra_descriptors = getenv("CRASH_SAMPLE_OPEN_DESCRIPTORS");
     if (extra_descriptors != NULL) open_descriptors(atoi(extra_descriptors));
     if (strcmp(chain, "after-capture") == 0)

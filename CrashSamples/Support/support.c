@@ -226,6 +226,22 @@ NOINLINE void sample_directory_read_only_then_segv(void) {
     sample_null_read();
 }
 
+// The process's crash file deleted from under it (a cleanup job, say), and the directory
+// made read-only: no file of its own can hold the report.
+NOINLINE void sample_crash_file_deleted_read_only_then_segv(void) {
+    const char *directory = getenv("CRASHCAPTURE_DIR");
+    DIR *entries = directory != NULL ? opendir(directory) : NULL;
+    if (entries == NULL) abort();
+    for (struct dirent *entry; (entry = readdir(entries)) != NULL;) {
+        size_t length = strlen(entry->d_name);
+        if (strncmp(entry->d_name, "crash-", 6) == 0 && length > 4 && strcmp(entry->d_name + length - 4, ".ccr") == 0)
+            unlinkat(dirfd(entries), entry->d_name, 0);
+    }
+    closedir(entries);
+    if (chmod(directory, 0500) != 0) abort();
+    sample_null_read();
+}
+
 // The capture directory removed after install, everything in it first.
 NOINLINE void sample_directory_removed_then_segv(void) {
     const char *directory = getenv("CRASHCAPTURE_DIR");
@@ -551,6 +567,7 @@ static const sample_kind sample_kinds[] = {
     {"no-descriptors-then-segv", sample_no_descriptors_then_segv},
     {"directory-read-only-then-segv", sample_directory_read_only_then_segv},
     {"directory-removed-then-segv", sample_directory_removed_then_segv},
+    {"crash-file-deleted-read-only-then-segv", sample_crash_file_deleted_read_only_then_segv},
     {"concurrent-256", sample_concurrent_crashes_256},
     {"concurrent-2", sample_concurrent_crashes_2},
     {"threads-parked", sample_threads_parked},

@@ -28,6 +28,8 @@
 #define CC_THREAD_FRAMES 128     // frames per other thread
 #define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
 #define CC_ALTSTACK_SIZE (64 * 1024)
+// The start of a named crash file written with zeros at install (a report of up to 64 threads).
+#define CC_PREWRITTEN_BYTES (64 * 1024)
 // Descriptors held from install for the crash path: the process-state files it reads, each
 // kept open so that a crash reads it without a path lookup (a cold /proc or cgroup lookup
 // costs tens of µs), /dev/null in a slot whose file cannot be opened. All are closed once
@@ -89,8 +91,9 @@ typedef struct cc_state {
     char app_version[256];
     char file_path[PATH_MAX];
     char file_name[64];
-    // The crash file is an unnamed O_TMPFILE until a crash links it into the directory, so
-    // sessions that end any other way (exit, exec, SIGKILL) leave nothing behind.
+    // The crash file is named since install and removed at a normal end. In a forked child
+    // it is an unnamed O_TMPFILE, which a crash links into the directory; in a directory at
+    // its bound too, never named (a crash is only noted there).
     bool anonymous_file;
     // The directory is on ext4, where fsync of a file just linked in also makes its name durable.
     bool fsync_covers_new_name;
@@ -168,7 +171,7 @@ int cc_modules_capture(void);
 
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);
-int cc_open_session_file(const char **step);
+int cc_open_session_file(bool named, const char **step);
 void cc_after_fork_in_child(void);
 
 // signal_safe/termination_signal.c: the SIGTERM/SIGINT handler and the pipe it writes to.

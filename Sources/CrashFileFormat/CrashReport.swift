@@ -57,10 +57,11 @@ public struct CrashReport: @unchecked Sendable {
         public let fdatasyncNanoseconds: Int64
         public let publishNanoseconds: Int64
         public let fdatasyncSucceeded: Bool
-        /// The file was linked into the directory before its one flush (an `fsync` that makes
-        /// the records and the name durable together, on ext4); otherwise `fdatasync` came
-        /// first and the naming includes a flush of the directory.
+        /// The file had its name before the flush: named since install, or linked first on ext4,
+        /// where the file's flush makes a new name durable too.
         public let namedBeforeSync: Bool
+        /// The directory was flushed on its own after the file (filesystems other than ext4).
+        public let directoryFlushed: Bool
         /// Of the handler's time, what the other threads took (listing, asking, unwinding).
         public let otherThreadsNanoseconds: Int64
     }
@@ -94,6 +95,7 @@ public struct CrashReport: @unchecked Sendable {
                     publishNanoseconds: Self.int64(json["publish_ns"]),
                     fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false,
                     namedBeforeSync: json["named_before_sync"] as? Bool ?? false,
+                    directoryFlushed: json["directory_flushed"] as? Bool ?? false,
                     otherThreadsNanoseconds: Self.int64(json["threads_ns"]))
             }
         }

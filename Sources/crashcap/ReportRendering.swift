@@ -58,9 +58,8 @@ enum ReportRendering {
             lines.append(
                 style.dim(
                     String(
-                        format:
-                            "handler %.3f ms (\(timing.namedBeforeSync ? "fsync after naming" : "fdatasync") %.3f ms)",
-                        Double(timing.handlerNanoseconds) / 1e6, Double(timing.fdatasyncNanoseconds) / 1e6)))
+                        format: "handler %.3f ms (flush %.3f ms)", Double(timing.handlerNanoseconds) / 1e6,
+                        Double(timing.fdatasyncNanoseconds) / 1e6)))
         }
         lines.append(style.bold("frames") + ":")
         let frames = report.frames
@@ -245,7 +244,7 @@ enum ReportRendering {
             object["timing"] = [
                 "handler_ns": timing.handlerNanoseconds, "fdatasync_ns": timing.fdatasyncNanoseconds,
                 "write_ns": timing.writeNanoseconds, "publish_ns": timing.publishNanoseconds,
-                "named_before_sync": timing.namedBeforeSync,
+                "named_before_sync": timing.namedBeforeSync, "directory_flushed": timing.directoryFlushed,
             ]
         }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

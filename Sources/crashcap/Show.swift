@@ -60,6 +60,7 @@ extension Crashcap {
             }
             let style = TextStyle(enabled: !noColor && !json && isatty(STDOUT_FILENO) == 1)
             var damaged = false
+            var live = 0
             for file in files {
                 // One unreadable entry (a link, a FIFO, a directory under a crash file's name) is
                 // reported and passed over: the reports beside it are still shown.
@@ -67,6 +68,11 @@ extension Crashcap {
                 do {
                     if let folder {
                         let handle = FileHandle(fileDescriptor: try folder.openForReading(file), closeOnDealloc: true)
+                        // A running process holds its crash file locked from install on: no crash yet.
+                        if flock(handle.fileDescriptor, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK {
+                            live += 1
+                            continue
+                        }
                         report = CrashReport(path: folder.path(of: file), contents: try CrashFileReader.read(handle))
                     } else {
                         report = try CrashReport(path: file)
@@ -87,6 +93,10 @@ extension Crashcap {
                             report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator,
                             frames: frames, style: style))
                 }
+            }
+            if live > 0 {
+                FileHandle.standardError.write(
+                    Data("crashcap: \(live) crash file(s) of running processes skipped: no crash in them yet\n".utf8))
             }
             if damaged { throw ExitCode(65) }
         }

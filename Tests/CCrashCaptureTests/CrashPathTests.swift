@@ -1,5 +1,6 @@
 import CrashFileFormat
 import Foundation
+import ProcessSupport
 import TestSupport
 import Testing
 
@@ -200,24 +201,59 @@ import Testing
         #expect((report.properties["crash_handler_ms"] as? Double ?? -1) >= 0)
     }
 
-    /// On ext4 the file is linked first and flushed once (its fsync makes the new name durable
-    /// too); elsewhere, tmpfs here, fdatasync comes first and the directory is flushed after.
-    /// The filesystem is read from the kernel's mount table, not from our own detection.
-    @Test(arguments: [NSTemporaryDirectory(), "/dev/shm/"])
-    func reportIsFlushedOnceWhereTheFilesystemAllows(parent: String) throws {
+    /// The crash file is named at install, so a crash only writes and flushes it; on ext4 that
+    /// flush makes the name durable too, elsewhere (tmpfs here) the directory is flushed after
+    /// it. A forked child's file is unnamed until its crash links it in: on ext4 linked first
+    /// and flushed once, elsewhere flushed, linked, and the directory flushed. The filesystem is
+    /// read from the kernel's mount table, not from our own detection.
+    @Test(arguments: [NSTemporaryDirectory(), "/dev/shm/"], ["null-read", "fork-child"])
+    func theReportIsFlushedOnceWhereTheFilesystemAllows(parent: String, kind: String) throws {
         let directory = parent + "crashcapture-tests-flush-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         chmod(directory, 0o700)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let filesystem = try #require(mountedFilesystemType(of: directory))
+        let ext4 = try #require(mountedFilesystemType(of: directory)) == "ext4"
         let result = try run(
-            Paths.cSample, ["null-read"],
-            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_MARKER": directory + "/marker"])
-        #expect(result.signal == SIGSEGV)
+            Paths.cSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        if kind == "fork-child" {
+            #expect(result.stdout.contains("child-signal 11"), "\(result.stdout)")
+        } else {
+            #expect(result.signal == SIGSEGV)
+        }
         let report = try verifiedReport(in: directory, signal: "SIGSEGV")
         let timing = try #require(report.timing)
         #expect(timing.fdatasyncSucceeded)
-        #expect(timing.namedBeforeSync == (filesystem == "ext4"), "\(directory) is on \(filesystem)")
+        #expect(timing.namedBeforeSync == (kind == "null-read" || ext4), "\(directory), ext4: \(ext4)")
+        #expect(timing.directoryFlushed == !ext4, "\(directory), ext4: \(ext4)")
+    }
+
+    /// A live process's crash file is named and locked, so that a replay leaves it alone; once
+    /// the process is killed (SIGKILL: no handler runs), the next replay finds it holding no
+    /// crash and removes it.
+    @Test func aLiveProcesssCrashFileIsLockedAndAKilledOnesIsRemovedByReplay() throws {
+        let directory = makeTemporaryDirectory("live")
+        var environment = ProcessInfo.processInfo.environment
+        environment["CRASHCAPTURE_DIR"] = directory
+        let child = try ChildProcess(path: Paths.cSample, arguments: ["kill-from-outside"], environment: environment)
+        #expect(child.waitForOutput("ready"))
+        let live = crashFiles(in: directory)
+        #expect(live.count == 1, "the live process's crash file")
+        let file = try #require(live.first)
+        let fd = open(file, O_RDONLY)
+        #expect(fd >= 0)
+        #expect(flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK, "locked by the live process")
+        close(fd)
+        let whileLive = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(whileLive.stdout.contains("0 imported"), "\(whileLive.stdout)")
+        #expect(FileManager.default.fileExists(atPath: file), "a replay leaves a live file alone")
+        let shown = try run(Paths.crashcap, ["show", directory], timeout: 20)
+        #expect(shown.exitCode == 0, "a live file is no damaged report: \(shown.stderr)")
+        #expect(shown.stderr.contains("1 crash file(s) of running processes skipped"), "\(shown.stderr)")
+        kill(child.pid, SIGKILL)
+        #expect(child.wait(timeout: 20))
+        let afterKill = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(afterKill.stdout.contains("1 without a crash"), "\(afterKill.stdout)")
+        #expect(crashFiles(in: directory).isEmpty, "removed by the replay")
     }
 
     @Test func appEndCarriesTheSessionDuration() throws {

@@ -288,9 +288,9 @@ import Testing
         #expect(peakBytes <= baselineBytes + 64 << 20, "replay peaked at \(peakBytes >> 20) MiB")
     }
 
-    /// Made read-only after install (as a user the mode binds): the report cannot be named in
-    /// the directory, so the crash path keeps it in the session file, named since install, and
-    /// the next replay names and imports it.
+    /// Made read-only after install (as a user the mode binds): the crash file has had its name
+    /// since install, so the report goes into it as anywhere else, and the next replay, once the
+    /// directory can be written again, imports it.
     @Test func aDirectoryMadeReadOnlyAfterInstallKeepsTheReport() throws {
         let directory = makeTemporaryDirectory("read-only")
         #expect(chown(directory, 65534, 65534) == 0)
@@ -301,8 +301,32 @@ import Testing
         #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0): \(crashed.stderr)")
         var info = stat()
         #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o500, "the sample made it read-only")
-        #expect(crashFiles(in: directory).isEmpty, "no name could be given in the directory")
+        _ = try verifiedReport(in: directory, signal: "SIGSEGV")
         #expect(chmod(directory, 0o700) == 0)
+        try expectReplayImportsTheCrash(directory)
+    }
+
+    /// The crash file deleted from under the live process and the directory made read-only: no
+    /// file of its own can hold the report, so the crash path keeps it in the session file,
+    /// named since install, and the next replay names and imports it.
+    @Test func aCrashFileDeletedInAReadOnlyDirectoryGoesIntoTheSessionFile() throws {
+        let directory = makeTemporaryDirectory("deleted-read-only")
+        #expect(chown(directory, 65534, 65534) == 0)
+        let crashed = try run(
+            "/usr/bin/setpriv",
+            [
+                "--reuid", "65534", "--regid", "65534", "--clear-groups", Paths.cSample,
+                "crash-file-deleted-read-only-then-segv",
+            ],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0): \(crashed.stderr)")
+        #expect(crashFiles(in: directory).isEmpty, "no name could be given in the directory")
+        #expect(crashed.stderr.contains("report kept in the session file"), "\(crashed.stderr)")
+        #expect(chmod(directory, 0o700) == 0)
+        try expectReplayImportsTheCrash(directory)
+    }
+
+    func expectReplayImportsTheCrash(_ directory: String) throws {
         let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
         #expect(replay.exitCode == 0, "\(replay.stdout)")
         #expect(replay.stdout.contains("1 imported (2 events)"), "\(replay.stdout)")

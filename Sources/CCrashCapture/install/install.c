@@ -557,7 +557,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.maximum_crash_bytes = config->maximum_crash_bytes != 0 ? config->maximum_crash_bytes : (size_t)256 << 20;
     cc_global.over_bound = cc_directory_over_bound(dir_fd);
     const char *step;
-    int err = cc_open_session_file(&step);
+    int err = cc_open_session_file(true, &step);
     if (err != 0) {
         result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
         close(dir_fd);

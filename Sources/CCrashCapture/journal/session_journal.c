@@ -253,8 +253,17 @@ static void cc_retire_exec_predecessors(void) {
         memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
         memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
         if (pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && ticks != 0 &&
-            lifecycle == CCF_LIFECYCLE_AT_REPLAY)
+            lifecycle == CCF_LIFECYCLE_AT_REPLAY) {
             unlinkat(cc_global.dir_fd, entry->d_name, 0);
+            // Its crash file too, named since its install: a process that went on to exec did
+            // not crash, and exec closed the file without removing it.
+            const char *id = entry->d_name + prefix;
+            size_t id_length = strcspn(id, ".");
+            char crash_name[NAME_MAX + 1];
+            if (snprintf(crash_name, sizeof(crash_name), "%s%.*s.%s", CCF_FILE_PREFIX, (int)id_length, id,
+                         CCF_FILE_EXTENSION) < (int)sizeof(crash_name))
+                unlinkat(cc_global.dir_fd, crash_name, 0);
+        }
     }
     closedir(directory);
 }

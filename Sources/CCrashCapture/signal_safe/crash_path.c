@@ -935,7 +935,7 @@ static size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c) {
 }
 
 static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
-                              int64_t publish_ns, int sync_ok, bool named_before_sync) {
+                              int64_t publish_ns, int sync_ok, bool named_before_sync, bool directory_flushed) {
     cc_buf b = {out, 0, cap, false};
     cc_buf_append_str(&b, "{\"event_id\":\"");
     cc_buf_append_str(&b, cc_global.session_id);
@@ -951,6 +951,8 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     cc_buf_append_str(&b, sync_ok ? "true" : "false");
     cc_buf_append_str(&b, ",\"named_before_sync\":");
     cc_buf_append_str(&b, named_before_sync ? "true" : "false");
+    cc_buf_append_str(&b, ",\"directory_flushed\":");
+    cc_buf_append_str(&b, directory_flushed ? "true" : "false");
     cc_buf_append_str(&b, ",\"threads_ns\":");
     cc_buf_append_i64(&b, cc_other_threads_ns);
     cc_buf_append_str(&b, ",\"threads_asked_ns\":");
@@ -991,9 +993,25 @@ static bool cc_link_into_recreated_directory(void) {
     return linked;
 }
 
-// The directory no longer takes a new name (made read-only after install): the report's
-// bytes go into the session file, which has had its name since install, and only once they
-// are durable does its header say where they are.
+// The named crash file lost its name after install (its directory removed, or the file
+// deleted): the session record and the report go into a new file under the same name, in the
+// directory made again where it was, and both are flushed. Returns that file, or -1.
+static int cc_write_under_new_name(const char *records, size_t len) {
+    if (mkdir(cc_global.directory, 0700) != 0 && errno != EEXIST) return -1;
+    int dir = openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0) return -1;
+    int fd = openat(dir, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool written = fd >= 0 && cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) == 0 &&
+                   cc_write_all(fd, records, len) == 0 && fdatasync(fd) == 0 && fsync(dir) == 0;
+    close(dir);
+    if (written) return fd;
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+// The directory no longer takes a new name (made read-only after install) and the crash file
+// has none: the report's bytes go into the session file, which has had its name since install,
+// and only once they are durable does its header say where they are.
 static bool cc_keep_in_session_file(const char *records, size_t len, uint64_t allowed) {
     int fd = atomic_load(&cc_global.session_fd);
     uint64_t at = cc_global.session_crash_offset;
@@ -1046,6 +1064,9 @@ static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed
 }
 
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
+static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_t allowed, int64_t handler_ns,
+                            int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
+                            bool named_before_sync, bool directory_flushed);
 
 // One line on stderr, so that a crash shows in the logs even when the capture directory is
 // lost. Written only if stderr takes it at once: a full pipe nobody drains must not hang us.
@@ -1152,32 +1173,86 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     cc_threads_release();
 }
 
+// A named crash file that will hold no report (no room under the file-size limit, or the
+// write failed) is removed: the session file tells of the session, and no name is left on a
+// file that holds nothing, or half a report.
+static void cc_remove_named_crash_file(void) {
+    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+}
+
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed) {
-    if (cc_global.record_offset + total > allowed) return;
+    if (cc_global.record_offset + total > allowed) {
+        cc_remove_named_crash_file();
+        return;
+    }
     int fd = cc_crash_fd();
     if (fd < 0) return;
     int64_t write_start = cc_monotonic_ns();
-    if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) return;
+    if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) {
+        cc_remove_named_crash_file();
+        return;
+    }
     int64_t written = cc_monotonic_ns();
-    // Where one fsync makes both the records and the new name durable, the file is named
-    // first and flushed once: a flush is most of the handler's time. Power lost between the
-    // two leaves a named file whose records fail their checksum, which replay sets aside as
-    // damaged; without the name the report would be lost all the same.
-    bool name_first = cc_global.fsync_covers_new_name && cc_global.anonymous_file && fd == cc_global.fd &&
-                      !cc_global.over_bound;
-    int sync_ok = name_first ? 1 : fdatasync(fd) == 0;
-    int64_t synced = cc_monotonic_ns();
-    cc_publish(fd, out, total, allowed, !name_first);
-    int64_t published = cc_monotonic_ns();
-    if (name_first) sync_ok = fsync(fd) == 0;
+    int sync_ok;
+    int64_t sync_ns, publish_ns;
+    bool named_before_sync, directory_flushed;
+    if (!cc_global.anonymous_file || fd != cc_global.fd) {
+        // Named since install (or named again for a crash after the session's end). Removed
+        // since, with its directory or alone, it is written again under its name.
+        struct stat status;
+        if (fstat(fd, &status) == 0 && status.st_nlink == 0) {
+            int again = cc_write_under_new_name(out, total);
+            int64_t done = cc_monotonic_ns();
+            if (again >= 0) {
+                atomic_store(&cc_report_named, 1);
+                cc_write_timing(again, out, total, cap, allowed, done - entry_ns, written - write_start, 0,
+                                done - written, 1, false, true);
+                close(again);
+            } else if (cc_keep_in_session_file(out, total, allowed)) {
+                // No new file in the directory either (read-only): the session file keeps it.
+                atomic_store(&cc_report_named, 2);
+                atomic_store(&cc_report_written, 1);
+            }
+            return;
+        }
+        // ext4's flush of the file also makes durable a name created since its last flush;
+        // elsewhere the directory is flushed too (at once, if install's writes reached it).
+        sync_ok = fdatasync(fd) == 0;
+        int64_t synced = cc_monotonic_ns();
+        if (!cc_global.fsync_covers_new_name) fsync(cc_global.dir_fd);
+        atomic_store(&cc_report_named, 1);
+        sync_ns = synced - written;
+        publish_ns = cc_monotonic_ns() - synced;
+        named_before_sync = true;
+        directory_flushed = !cc_global.fsync_covers_new_name;
+    } else {
+        // Unnamed (a directory without room at install): only noted. Or an unnamed file to be
+        // named: where one fsync makes both the records and the new name durable, it is
+        // linked first and flushed once. Power lost between the two leaves a named file
+        // whose records fail their checksum, which replay sets aside as damaged.
+        named_before_sync = cc_global.fsync_covers_new_name && !cc_global.over_bound;
+        sync_ok = named_before_sync ? 1 : fdatasync(fd) == 0;
+        int64_t synced = cc_monotonic_ns();
+        cc_publish(fd, out, total, allowed, !named_before_sync);
+        int64_t published = cc_monotonic_ns();
+        if (named_before_sync) sync_ok = fsync(fd) == 0;
+        sync_ns = named_before_sync ? cc_monotonic_ns() - published : synced - written;
+        publish_ns = published - synced;
+        directory_flushed = !named_before_sync && atomic_load(&cc_report_named) == 1;
+    }
     int64_t done = cc_monotonic_ns();
-    atomic_store(&cc_report_written, 1);
+    cc_write_timing(fd, out, total, cap, allowed, done - entry_ns, written - write_start, sync_ns, publish_ns,
+                    sync_ok, named_before_sync, directory_flushed);
+}
 
-    // Timings are known only now; they ride in a record of their own that the kernel
-    // flushes on its own schedule (the page cache outlives the process).
-    size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, done - entry_ns,
-                                    written - write_start, name_first ? done - published : synced - written,
-                                    published - synced, sync_ok, name_first);
+// Timings are known only at the end; they ride in a record of their own that the kernel
+// flushes on its own schedule (the page cache outlives the process).
+static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_t allowed, int64_t handler_ns,
+                            int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
+                            bool named_before_sync, bool directory_flushed) {
+    atomic_store(&cc_report_written, 1);
+    size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, handler_ns,
+                                    write_ns, sync_ns, publish_ns, sync_ok, named_before_sync, directory_flushed);
     if (timing > 0 && cc_global.record_offset + total + CCF_RECORD_HEADER_SIZE + timing <= allowed) {
         cc_frame_in_place(out, CCF_RECORD_TIMING, timing);
         cc_write_all(fd, out, CCF_RECORD_HEADER_SIZE + timing);

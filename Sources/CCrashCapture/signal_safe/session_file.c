@@ -67,7 +67,9 @@ static bool cc_build_session_record(void) {
 // multithreaded process only async-signal-safe calls are allowed, so this formats with cc_buf
 // (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
 // caller turns that into a message when it is allowed to.
-int cc_open_session_file(const char **step) {
+static const char cc_zeros[CC_PREWRITTEN_BYTES];
+
+int cc_open_session_file(bool named, const char **step) {
     *step = "getrandom";
     if (cc_random_hex(cc_global.session_id, 16) != 0) return errno != 0 ? errno : EIO;
     cc_global.start_wall_ms = cc_wall_ms();
@@ -85,20 +87,29 @@ int cc_open_session_file(const char **step) {
     *step = "building the crash file path";
     if (name.overflow || path.overflow) return ENAMETOOLONG;
     *step = "creating the crash file";
+    // Named from install on, locked so that a replaying process knows it belongs to a live
+    // session, and removed at exit: a crash then only writes and flushes it, with no name to
+    // give and no directory to flush. It is made unnamed (O_TMPFILE), locked and filled, and
+    // only then linked in, so that a replay woken by the new name never finds it unlocked.
+    // It stays unnamed where leaving a file behind must not happen: in a forked child, which
+    // often execs next (exec closes the file without removing it), and in a directory already
+    // at its bound. A crash names such a file (but in the directory at its bound, where a
+    // crash is only noted).
+    cc_global.anonymous_file = !named || cc_global.over_bound;
     int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    cc_global.anonymous_file = fd >= 0;
+    bool link_when_filled = fd >= 0 && !cc_global.anonymous_file;
     if (fd < 0) {
-        // No O_TMPFILE on this filesystem: a named file, locked so that a replaying process
-        // knows it belongs to a live session, and removed at exit.
+        // No O_TMPFILE on this filesystem: named at once.
+        cc_global.anonymous_file = false;
         fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) return errno;
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            int saved = errno;
-            *step = "locking the crash file";
-            close(fd);
-            unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
-            return saved;
-        }
+    }
+    if (!cc_global.anonymous_file && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        *step = "locking the crash file";
+        close(fd);
+        if (!link_when_filled) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+        return saved;
     }
     cc_buf proc = {cc_global.proc_fd_path, 0, sizeof(cc_global.proc_fd_path) - 1, false};
     cc_buf_append_str(&proc, "/proc/self/fd/");
@@ -119,6 +130,21 @@ int cc_open_session_file(const char **step) {
               : cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0 ? errno
                                                                                                : 0;
     }
+    // posix_fallocate leaves unwritten extents, which a crash's flush would have to convert
+    // (an inode write besides the data). Zeros written now reach the disk within the kernel's
+    // writeback interval (about 30 s), after which a report of up to CC_PREWRITTEN_BYTES costs
+    // one data write and one flush. Past the reservation nothing is written.
+    if (err == 0 && !cc_global.anonymous_file && reserve > cc_global.session_record_len) {
+        size_t zeros = (reserve < CC_PREWRITTEN_BYTES ? reserve : CC_PREWRITTEN_BYTES) - cc_global.session_record_len;
+        err = cc_write_all(fd, cc_zeros, zeros) != 0 ? errno : 0;
+    }
+    if (err == 0 && link_when_filled) {
+        *step = "naming the crash file";
+        if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) != 0)
+            err = errno;
+        else
+            link_when_filled = false;
+    }
     if (err == 0) {
         cc_global.record_offset = cc_global.session_record_len;
         cc_global.fd = fd;
@@ -126,7 +152,7 @@ int cc_open_session_file(const char **step) {
         return 0;
     }
     close(fd);
-    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    if (!cc_global.anonymous_file && !link_when_filled) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
     return err;
 }
 
@@ -137,5 +163,5 @@ void cc_after_fork_in_child(void) {
     cc_global.fd = -1;
     cc_process_state_keep_files();
     const char *step;
-    if (cc_open_session_file(&step) != 0) atomic_store(&cc_global.session_ended, 1);
+    if (cc_open_session_file(false, &step) != 0) atomic_store(&cc_global.session_ended, 1);
 }
