@@ -269,6 +269,16 @@ static void sample_wait_for_parked(int count) {
     usleep(30000);
 }
 
+// The same, with the crashing thread running through the last 30 ms instead of asleep, as a
+// thread that crashes is: after a sleep its crash would start on a cold CPU.
+static void sample_wait_for_parked_running(int count) {
+    while (atomic_load(&sample_parked) < count) usleep(1000);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do clock_gettime(CLOCK_MONOTONIC, &now);
+    while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 30000000L);
+}
+
 static pthread_mutex_t sample_park_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sample_park_cond = PTHREAD_COND_INITIALIZER;
 static int sample_park_pipe[2];
@@ -354,7 +364,7 @@ NOINLINE void sample_parked_threads(void) {
     const char *wanted = getenv("CRASH_SAMPLE_THREADS");
     int threads = wanted != NULL ? atoi(wanted) : 16;
     for (int i = 1; i < threads; i++) sample_start(sample_park_in_nanosleep);
-    sample_wait_for_parked(threads - 1);
+    sample_wait_for_parked_running(threads - 1);
     sample_null_read();
 }
 

@@ -67,7 +67,9 @@ static bool cc_build_session_record(void) {
 // multithreaded process only async-signal-safe calls are allowed, so this formats with cc_buf
 // (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
 // caller turns that into a message when it is allowed to.
-static const char cc_zeros[CC_PREWRITTEN_BYTES];
+// One page, written as often as needed: a 64 KiB buffer would add its pages to the
+// process's resident memory.
+static const char cc_zeros[4096];
 
 int cc_open_session_file(bool named, const char **step) {
     *step = "getrandom";
@@ -136,7 +138,10 @@ int cc_open_session_file(bool named, const char **step) {
     // one data write and one flush. Past the reservation nothing is written.
     if (err == 0 && !cc_global.anonymous_file && reserve > cc_global.session_record_len) {
         size_t zeros = (reserve < CC_PREWRITTEN_BYTES ? reserve : CC_PREWRITTEN_BYTES) - cc_global.session_record_len;
-        err = cc_write_all(fd, cc_zeros, zeros) != 0 ? errno : 0;
+        for (size_t done = 0; err == 0 && done < zeros; done += sizeof(cc_zeros)) {
+            size_t n = zeros - done < sizeof(cc_zeros) ? zeros - done : sizeof(cc_zeros);
+            err = cc_write_all(fd, cc_zeros, n) != 0 ? errno : 0;
+        }
     }
     if (err == 0 && link_when_filled) {
         *step = "naming the crash file";
