@@ -1215,8 +1215,10 @@ static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_n
             }
             return;
         }
-        // ext4's flush of the file also makes durable a name created since its last flush;
-        // elsewhere the directory is flushed too (at once, if install's writes reached it).
+        // On ext4 the file's flush also makes its name durable: without a journal,
+        // ext4_sync_parent writes the directory of a file named since its last flush; with one,
+        // fdatasync commits the transaction that reserved the file's space, which install began
+        // after the one that named it. Elsewhere the directory is flushed too.
         sync_ok = fdatasync(fd) == 0;
         int64_t synced = cc_monotonic_ns();
         if (!cc_global.fsync_covers_new_name) fsync(cc_global.dir_fd);

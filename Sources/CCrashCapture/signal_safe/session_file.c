@@ -91,15 +91,17 @@ int cc_open_session_file(bool named, const char **step) {
     *step = "creating the crash file";
     // Named from install on, locked so that a replaying process knows it belongs to a live
     // session, and removed at exit: a crash then only writes and flushes it, with no name to
-    // give and no directory to flush. It is made unnamed (O_TMPFILE), locked and filled, and
-    // only then linked in, so that a replay woken by the new name never finds it unlocked.
+    // give and no directory to flush. It is made unnamed (O_TMPFILE), locked, and only then
+    // linked in, so that a replay woken by the new name never finds it unlocked; and linked
+    // before its space is reserved, so that on ext4 with a journal the transaction that
+    // reserves it, which a crash's fdatasync commits, comes after the one that named it.
     // It stays unnamed where leaving a file behind must not happen: in a forked child, which
     // often execs next (exec closes the file without removing it), and in a directory already
     // at its bound. A crash names such a file (but in the directory at its bound, where a
     // crash is only noted).
     cc_global.anonymous_file = !named || cc_global.over_bound;
     int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    bool link_when_filled = fd >= 0 && !cc_global.anonymous_file;
+    bool link_after_lock = fd >= 0 && !cc_global.anonymous_file;
     if (fd < 0) {
         // No O_TMPFILE on this filesystem: named at once.
         cc_global.anonymous_file = false;
@@ -110,13 +112,21 @@ int cc_open_session_file(bool named, const char **step) {
         int saved = errno;
         *step = "locking the crash file";
         close(fd);
-        if (!link_when_filled) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+        if (!link_after_lock) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
         return saved;
     }
     cc_buf proc = {cc_global.proc_fd_path, 0, sizeof(cc_global.proc_fd_path) - 1, false};
     cc_buf_append_str(&proc, "/proc/self/fd/");
     cc_buf_append_u64(&proc, (uint64_t)fd);
     cc_global.proc_fd_path[proc.len] = '\0';
+    if (link_after_lock) {
+        *step = "naming the crash file";
+        if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) != 0) {
+            int saved = errno;
+            close(fd);
+            return saved;
+        }
+    }
     // Reserve the report's space now so that a full disk at crash time cannot lose it.
     *step = "reserving space for the crash file";
     // Never past the file-size limit: posix_fallocate beyond RLIMIT_FSIZE raises SIGXFSZ, which
@@ -143,13 +153,6 @@ int cc_open_session_file(bool named, const char **step) {
             err = cc_write_all(fd, cc_zeros, n) != 0 ? errno : 0;
         }
     }
-    if (err == 0 && link_when_filled) {
-        *step = "naming the crash file";
-        if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) != 0)
-            err = errno;
-        else
-            link_when_filled = false;
-    }
     if (err == 0) {
         cc_global.record_offset = cc_global.session_record_len;
         cc_global.fd = fd;
@@ -157,7 +160,7 @@ int cc_open_session_file(bool named, const char **step) {
         return 0;
     }
     close(fd);
-    if (!cc_global.anonymous_file && !link_when_filled) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
     return err;
 }
 
