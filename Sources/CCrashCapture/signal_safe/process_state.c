@@ -33,9 +33,8 @@ void cc_process_state_prepare(void) {
     cc_touch_pages(cc_memory_bytes, sizeof(cc_memory_bytes));
 }
 
-static size_t cc_read_whole(const char *path, char *buf, size_t cap) {
-    int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+// Reads from the descriptor's offset to the end (or cap - 1 bytes) into buf, NUL-terminated.
+static size_t cc_read_to_end(int fd, char *buf, size_t cap) {
     size_t total = 0;
     while (total + 1 < cap) {
         ssize_t n = read(fd, buf + total, cap - 1 - total);
@@ -43,8 +42,15 @@ static size_t cc_read_whole(const char *path, char *buf, size_t cap) {
         if (n <= 0) break;
         total += (size_t)n;
     }
-    close(fd);
     buf[total] = '\0';
+    return total;
+}
+
+static size_t cc_read_whole(const char *path, char *buf, size_t cap) {
+    int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t total = cc_read_to_end(fd, buf, cap);
+    close(fd);
     return total;
 }
 
@@ -87,15 +93,7 @@ void cc_process_state_read_kept(void) {
         if (fd >= 0 && cc_global.reserved_is_state[slot] && lseek(fd, 0, SEEK_SET) == 0) {
             size_t cap;
             char *buf = cc_kept_buffer(slot, &cap);
-            size_t total = 0;
-            while (total + 1 < cap) {
-                ssize_t n = read(fd, buf + total, cap - 1 - total);
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) break;
-                total += (size_t)n;
-            }
-            buf[total] = '\0';
-            cc_kept_length[slot] = (long)total;
+            cc_kept_length[slot] = (long)cc_read_to_end(fd, buf, cap);
         }
         if (fd >= 0) close(fd);
         cc_global.reserved_fds[slot] = -1;
