@@ -99,7 +99,7 @@ func crashBenchmarks(runs: Int) throws {
     // has run a while.
     let moments: [(String, [String: String])] = [
         ("right after install", [:]),
-        ("install's writes on disk, then 100 ms of work", ["CRASH_SAMPLE_SETTLED": "1"]),
+        ("install's writes on disk, then 100 ms of work", ["CRASH_SAMPLE_SETTLED": "100"]),
     ]
     var frames: [Int] = []
     print("## Handler time (\(runs) crashes each, ms)\n")

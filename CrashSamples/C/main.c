@@ -177,15 +177,19 @@ int main(int argc, char **argv) {
         if (getenv("CRASH_SAMPLE_FAULT_IN_HANDLER") != NULL) crashcapture_test_fault_in_handler(1);
     }
     // A process that has run a while: install's files are on the disk, as the kernel's
-    // writeback puts them there within about 30 s, and the crash comes after 100 ms of work,
-    // so that it meets neither a disk just flushed by sync() nor an idle CPU (either makes
-    // the crash path look faster or slower than it is).
-    if (getenv("CRASH_SAMPLE_SETTLED") != NULL) {
+    // writeback puts them there within about 30 s, and the crash comes after N ms of work
+    // (CRASH_SAMPLE_SETTLED=N, 100 if not a number), so that it does not meet a disk just
+    // flushed by sync(), whose next flush is quicker than usual.
+    const char *settled = getenv("CRASH_SAMPLE_SETTLED");
+    if (settled != NULL) {
+        char *end;
+        long work_ms = strtol(settled, &end, 10);
+        if (end == settled || *end != '\0' || work_ms < 0) work_ms = 100;
         sync();
         struct timespec start, now;
         clock_gettime(CLOCK_MONOTONIC, &start);
         do clock_gettime(CLOCK_MONOTONIC, &now);
-        while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 100000000L);
+        while ((now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L < work_ms);
     }
     const char *extra_descriptors = getenv("CRASH_SAMPLE_OPEN_DESCRIPTORS");
     if (extra_descriptors != NULL) open_descriptors(atoi(extra_descriptors));

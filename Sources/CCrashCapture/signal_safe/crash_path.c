@@ -1040,27 +1040,21 @@ static bool cc_note_crash_not_kept(void) {
     return cc_write_at(fd, &note, sizeof(note), CCF_SESSION_AT_NOT_KEPT_SIGNAL) == 0 && fdatasync(fd) == 0;
 }
 
-// Gives the unnamed file its name. The name is made durable here unless the file's own
-// fsync, which follows, does that too (flush_directory false).
-static void cc_publish(int fd, const char *records, size_t len, uint64_t allowed, bool flush_directory) {
-    if (cc_global.over_bound && cc_global.anonymous_file && fd == cc_global.fd) {
+// Names an unnamed crash file (a forked child's): linked into the directory, or into the
+// directory made again where it was if it was removed; the directory is flushed unless the
+// file's own flush, which follows, covers the name (flush_directory false). In a directory
+// that was at its bound at install, the crash is only noted in the session file.
+static void cc_publish(bool flush_directory) {
+    if (cc_global.over_bound) {
         if (cc_note_crash_not_kept()) atomic_store(&cc_report_named, 3);
-        return;
-    }
-    if (!cc_global.anonymous_file || fd != cc_global.fd) {
-        atomic_store(&cc_report_named, 1);  // named since install
         return;
     }
     if (linkat(AT_FDCWD, cc_global.proc_fd_path, cc_global.dir_fd, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0) {
         if (flush_directory) fsync(cc_global.dir_fd);
         atomic_store(&cc_report_named, 1);
-        return;
-    }
-    if (errno == ENOENT && cc_link_into_recreated_directory()) {
+    } else if (errno == ENOENT && cc_link_into_recreated_directory()) {
         atomic_store(&cc_report_named, 1);
-        return;
     }
-    if (cc_keep_in_session_file(records, len, allowed)) atomic_store(&cc_report_named, 2);
 }
 
 static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
@@ -1228,14 +1222,14 @@ static void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_n
         named_before_sync = true;
         directory_flushed = !cc_global.fsync_covers_new_name;
     } else {
-        // Unnamed (a directory without room at install): only noted. Or an unnamed file to be
-        // named: where one fsync makes both the records and the new name durable, it is
-        // linked first and flushed once. Power lost between the two leaves a named file
-        // whose records fail their checksum, which replay sets aside as damaged.
+        // Unnamed: a forked child's file, to be named; where one fsync makes both the records
+        // and the new name durable, it is linked first and flushed once (power lost between
+        // the two leaves a named file whose records fail their checksum, which replay sets
+        // aside as damaged). Or a directory without room at install: the crash is only noted.
         named_before_sync = cc_global.fsync_covers_new_name && !cc_global.over_bound;
         sync_ok = named_before_sync ? 1 : fdatasync(fd) == 0;
         int64_t synced = cc_monotonic_ns();
-        cc_publish(fd, out, total, allowed, !named_before_sync);
+        cc_publish(!named_before_sync);
         int64_t published = cc_monotonic_ns();
         if (named_before_sync) sync_ok = fsync(fd) == 0;
         sync_ns = named_before_sync ? cc_monotonic_ns() - published : synced - written;
