@@ -62,15 +62,16 @@ static bool cc_build_session_record(void) {
     return cc_global.session_record_len > 0;
 }
 
-// Opens a new crash file for a new session id and reserves its space. Used at install and
-// again in a forked child, which must not write into its parent's file. After fork() in a
-// multithreaded process only async-signal-safe calls are allowed, so this formats with cc_buf
-// (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
-// caller turns that into a message when it is allowed to.
 // One page, written as often as needed: a 64 KiB buffer would add its pages to the
 // process's resident memory.
 static const char cc_zeros[4096];
 
+// Opens a new crash file for a new session id and reserves its space: named at once
+// (install) or left unnamed until a crash (`named` false: a forked child). Used at install
+// and again in a forked child, which must not write into its parent's file. After fork() in a
+// multithreaded process only async-signal-safe calls are allowed, so this formats with cc_buf
+// (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
+// caller turns that into a message when it is allowed to.
 int cc_open_session_file(bool named, const char **step) {
     *step = "getrandom";
     if (cc_random_hex(cc_global.session_id, 16) != 0) return errno != 0 ? errno : EIO;
