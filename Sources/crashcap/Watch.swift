@@ -134,16 +134,19 @@ extension Crashcap {
         ) {
             var summary = entry.recovery.recoverAll()
             // A session file is reported closed while its process is still going away: the
-            // kernel drops the process's lock, and the process leaves /proc, a moment later. A
-            // session whose file was just closed is tried again until it is, for up to 5 s.
-            var tries = 0
-            while tries < 100,
+            // kernel drops the process's lock, and the process leaves /proc, a moment later
+            // (the crash file, closed first, wakes us before the session file's lock is free).
+            // A session whose file was just closed is tried again until it is, for up to 5 s,
+            // at 2 ms first and then less often, up to every 50 ms.
+            let deadline = Date().addingTimeInterval(5)
+            var pause: useconds_t = 2000
+            while Date() < deadline,
                 summary.sessions.contains(where: {
                     closed.contains($0.sessionID) && ($0.outcome == .busy || $0.outcome == .alive)
                 })
             {
-                tries += 1
-                usleep(50_000)
+                usleep(pause)
+                pause = min(pause * 2, 50_000)
                 let again = entry.recovery.recoverAll()
                 summary.sessions =
                     summary.sessions.filter { $0.outcome != .busy && $0.outcome != .alive } + again.sessions
