@@ -242,6 +242,24 @@ NOINLINE void sample_crash_file_deleted_read_only_then_segv(void) {
     sample_null_read();
 }
 
+// Every descriptor past stderr closed after install (closefrom(3), as daemons do) and the
+// numbers reused by pipes, one in two full (a write blocks) and the others empty (a read
+// blocks): the crash path must touch none of them, whatever it kept open at install.
+NOINLINE void sample_descriptors_reused_then_segv(void) {
+    for (int fd = 3; fd < 256; fd++) close(fd);
+    for (int i = 0; i < 16; i++) {
+        int ends[2];
+        if (pipe(ends) != 0) abort();
+        if (i % 2 == 0) {
+            fcntl(ends[1], F_SETFL, O_NONBLOCK);
+            char block[4096] = {0};
+            while (write(ends[1], block, sizeof(block)) > 0) {}
+            fcntl(ends[1], F_SETFL, 0);
+        }
+    }
+    sample_null_read();
+}
+
 // The capture directory removed after install, everything in it first.
 NOINLINE void sample_directory_removed_then_segv(void) {
     const char *directory = getenv("CRASHCAPTURE_DIR");
@@ -577,6 +595,7 @@ static const sample_kind sample_kinds[] = {
     {"no-descriptors-then-segv", sample_no_descriptors_then_segv},
     {"directory-read-only-then-segv", sample_directory_read_only_then_segv},
     {"directory-removed-then-segv", sample_directory_removed_then_segv},
+    {"descriptors-reused-then-segv", sample_descriptors_reused_then_segv},
     {"crash-file-deleted-read-only-then-segv", sample_crash_file_deleted_read_only_then_segv},
     {"concurrent-256", sample_concurrent_crashes_256},
     {"concurrent-2", sample_concurrent_crashes_2},

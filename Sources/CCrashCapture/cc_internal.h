@@ -73,6 +73,14 @@ typedef struct cc_state {
     int dir_fd;
     int reserved_fds[CC_RESERVED_FDS];  // by CC_KEPT_*, opened at install, closed by the reporting thread
     bool reserved_is_state[CC_RESERVED_FDS];  // the slot holds its process-state file, not /dev/null
+    // Which file each slot held when opened: a program that closes descriptors it did not
+    // open may reuse the number (for a pipe, say), and a crash must then neither read it nor
+    // close it.
+    dev_t reserved_dev[CC_RESERVED_FDS];
+    ino_t reserved_ino[CC_RESERVED_FDS];
+    // The same for the crash file, the session file and the directory, which a crash writes.
+    dev_t file_dev, session_dev, dir_dev;
+    ino_t file_ino, session_ino, dir_ino;
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     bool crash_line;  // one line on stderr at a crash
@@ -162,6 +170,8 @@ void cc_process_state_prepare(void);
 void cc_threads_prepare(void);
 size_t cc_frame_record(char *out, size_t cap, uint32_t type, const char *payload, size_t len);
 int cc_write_all(int fd, const void *data, size_t n);
+// Whether fd still holds the file it was opened on (device and inode as recorded then).
+bool cc_holds_file(int fd, dev_t dev, ino_t ino);
 int64_t cc_monotonic_ns(void);
 int64_t cc_wall_ms(void);
 bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char *hex_out, size_t hex_cap);

@@ -175,6 +175,25 @@ import Testing
         #expect(frameNames(report).contains("sample_no_descriptors_then_segv"))
     }
 
+    /// Every descriptor past stderr closed after install and the numbers reused by pipes, half
+    /// of them full and half empty: the crash path notices that the descriptors it kept (the
+    /// crash file, the directory, the process-state files) are no longer its own, touches none
+    /// of them (a read or a write there would block the handler), and still writes the report,
+    /// reopening the crash file by its name.
+    @Test func descriptorsClosedAndReusedAfterInstallHangNothing() throws {
+        let directory = makeTemporaryDirectory("reused")
+        let crashed = try run(
+            Paths.cSample, ["descriptors-reused-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 20)
+        #expect(!crashed.timedOut, "the handler hung on a reused descriptor")
+        #expect(crashed.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(frameNames(report).contains("sample_descriptors_reused_then_segv"))
+        let crash = try #require(report.crashed?["crash"] as? [String: Any])
+        let process = try #require(crash["process"] as? [String: Any])
+        #expect((process["rss_bytes"] as? NSNumber)?.intValue ?? 0 > 0, "status read by its path instead")
+    }
+
     /// Crafted crash files that once cost seconds, gigabytes and the store's real events.
     enum HostileFile: String, CaseIterable {
         case repeatedMagic, emptyRecords, floodOfEvents, oneHugeStack

@@ -546,6 +546,11 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
     cc_global.dir_fd = dir_fd;
+    struct stat dir_status;
+    if (fstat(dir_fd, &dir_status) == 0) {
+        cc_global.dir_dev = dir_status.st_dev;
+        cc_global.dir_ino = dir_status.st_ino;
+    }
     cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
     cc_global.crash_line = !config->no_crash_line;

@@ -965,9 +965,21 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
 
 // A named crash file is removed at normal exit; a crash in a later atexit handler still
 // needs one. (An unnamed one stays open to the end.)
+bool cc_holds_file(int fd, dev_t dev, ino_t ino) {
+    struct stat status;
+    return fd >= 0 && fstat(fd, &status) == 0 && status.st_dev == dev && status.st_ino == ino;
+}
+
+// A descriptor the program closed and reused (a pipe, say) is never written: the file is
+// opened again by its name instead.
 static int cc_crash_fd(void) {
-    if (cc_global.fd >= 0) return cc_global.fd;
-    int fd = openat(cc_global.dir_fd, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (cc_holds_file(cc_global.fd, cc_global.file_dev, cc_global.file_ino)) return cc_global.fd;
+    cc_global.fd = -1;
+    int dir = cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)
+                  ? cc_global.dir_fd
+                  : openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dir, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (dir != cc_global.dir_fd && dir >= 0) close(dir);
     if (fd < 0) return -1;
     if (cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) return -1;
     cc_global.record_offset = cc_global.session_record_len;
@@ -1014,6 +1026,7 @@ static int cc_write_under_new_name(const char *records, size_t len) {
 // and only once they are durable does its header say where they are.
 static bool cc_keep_in_session_file(const char *records, size_t len, uint64_t allowed) {
     int fd = atomic_load(&cc_global.session_fd);
+    if (!cc_holds_file(fd, cc_global.session_dev, cc_global.session_ino)) return false;
     uint64_t at = cc_global.session_crash_offset;
     size_t head = cc_global.session_record_len;
     if (fd < 0 || at + head + len > allowed) return false;
@@ -1031,7 +1044,7 @@ static int cc_crash_code;
 // file's header, durable before the process goes on dying.
 static bool cc_note_crash_not_kept(void) {
     int fd = atomic_load(&cc_global.session_fd);
-    if (fd < 0) return false;
+    if (!cc_holds_file(fd, cc_global.session_dev, cc_global.session_ino)) return false;
     struct {
         int32_t signal;
         int32_t code;

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -72,30 +73,46 @@ static char *cc_kept_buffer(int slot, size_t *cap) {
     }
 }
 
+static bool cc_reserved_is_ours(int slot);
+
 void cc_process_state_keep_files(void) {
     for (int slot = 0; slot < CC_RESERVED_FDS; slot++) {
         bool per_process = slot == CC_KEPT_STATUS || slot == CC_KEPT_CMDLINE;
-        if (cc_global.reserved_fds[slot] >= 0 && cc_global.reserved_is_state[slot] && !per_process) continue;
-        if (cc_global.reserved_fds[slot] >= 0) close(cc_global.reserved_fds[slot]);
+        bool ours = cc_reserved_is_ours(slot);
+        if (ours && cc_global.reserved_is_state[slot] && !per_process) continue;
+        if (ours) close(cc_global.reserved_fds[slot]);
         const char *path = cc_kept_path(slot);
         int fd = path[0] != '\0' ? openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
         cc_global.reserved_is_state[slot] = fd >= 0;
         if (fd < 0) fd = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
+        struct stat status;
+        if (fd >= 0 && fstat(fd, &status) != 0) {
+            close(fd);
+            fd = -1;
+        }
         cc_global.reserved_fds[slot] = fd;
+        cc_global.reserved_dev[slot] = fd >= 0 ? status.st_dev : 0;
+        cc_global.reserved_ino[slot] = fd >= 0 ? status.st_ino : 0;
     }
 }
 
-// proc and cgroup files are made anew by each read from offset 0.
+static bool cc_reserved_is_ours(int slot) {
+    return cc_holds_file(cc_global.reserved_fds[slot], cc_global.reserved_dev[slot], cc_global.reserved_ino[slot]);
+}
+
+// proc and cgroup files are made anew by each read from offset 0. A descriptor that no longer
+// holds its file (closed and reused by the program) is left alone: read, it might block.
 void cc_process_state_read_kept(void) {
     for (int slot = 0; slot < CC_RESERVED_FDS; slot++) {
         int fd = cc_global.reserved_fds[slot];
+        bool ours = cc_reserved_is_ours(slot);
         cc_kept_length[slot] = -1;
-        if (fd >= 0 && cc_global.reserved_is_state[slot] && lseek(fd, 0, SEEK_SET) == 0) {
+        if (ours && cc_global.reserved_is_state[slot] && lseek(fd, 0, SEEK_SET) == 0) {
             size_t cap;
             char *buf = cc_kept_buffer(slot, &cap);
             cc_kept_length[slot] = (long)cc_read_to_end(fd, buf, cap);
         }
-        if (fd >= 0) close(fd);
+        if (ours) close(fd);
         cc_global.reserved_fds[slot] = -1;
         cc_global.reserved_is_state[slot] = false;
     }
