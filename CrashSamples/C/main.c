@@ -125,7 +125,13 @@ static void open_descriptors(int count) {
     fflush(stdout);
 }
 
+// Registered before install, so it runs after ours at exit: a crash once the session has
+// ended normally and its crash file was removed.
+static void crash_after_the_session_ended(void) { sample_run_c_kind("null-read"); }
+
 static void run(const char *kind) {
+    // Returns from main: the crash comes in the atexit handler registered before install.
+    if (strcmp(kind, "crash-at-exit") == 0) return;
     if (!sample_run_c_kind(kind)) {
         fprintf(stderr, "unknown kind %s; --list shows them\n", kind);
         exit(64);
@@ -162,6 +168,7 @@ int main(int argc, char **argv) {
         if (strcmp(chain, "previous-plain") == 0) sample_install_previous_plain_handler(signals[i]);
         if (strcmp(chain, "ignore") == 0) signal(signals[i], SIG_IGN);
     }
+    if (strcmp(kind, "crash-at-exit") == 0) atexit(crash_after_the_session_ended);
     const char *directory = getenv("CRASHCAPTURE_DIR");
     if (directory != NULL) {
         crashcapture_property properties[] = {{"sample_kind", kind}, {"sample_context", context}};

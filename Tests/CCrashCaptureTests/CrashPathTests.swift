@@ -256,6 +256,22 @@ import Testing
         #expect(crashFiles(in: directory).isEmpty, "removed by the replay")
     }
 
+    /// A crash in an atexit handler that runs after ours: the session ended normally and its
+    /// crash file was removed, so the report goes into the file made again under its name,
+    /// with the $AppCrashed and no second $AppEnd.
+    @Test func aCrashAfterTheSessionEndedIsReportedWithoutASecondAppEnd() throws {
+        let (result, directory) = try crash(
+            Paths.cSample, "crash-at-exit", environment: ["SWIFT_BACKTRACE": "enable=no"])
+        #expect(result.signal == SIGSEGV)
+        let all = try reports(in: directory)
+        #expect(all.count == 1)
+        let report = try #require(all.first)
+        #expect(report.problems.isEmpty, "\(report.problems)")
+        #expect(report.crashedEvents.count == 1)
+        #expect(report.endEvents.isEmpty, "the session's own end was tracked before the crash")
+        #expect(frameNames(report).contains("crash_after_the_session_ended"))
+    }
+
     @Test func appEndCarriesTheSessionDuration() throws {
         let (_, directory) = try crash(Paths.cSample, "abort")
         let report = try verifiedReport(in: directory, signal: "SIGABRT")
