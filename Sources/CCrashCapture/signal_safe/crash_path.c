@@ -963,26 +963,41 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     return b.overflow ? 0 : b.len;
 }
 
-// A named crash file is removed at normal exit; a crash in a later atexit handler still
-// needs one. (An unnamed one stays open to the end.)
 bool cc_holds_file(int fd, dev_t dev, ino_t ino) {
     struct stat status;
     return fd >= 0 && fstat(fd, &status) == 0 && status.st_dev == dev && status.st_ino == ino;
 }
 
-// A descriptor the program closed and reused (a pipe, say) is never written: the file is
-// opened again by its name instead.
+// The capture directory opened again by its path, made again first if `make` (removed since
+// install): for a descriptor the program reused, or a directory that is gone. -1 if neither.
+static int cc_reopen_directory(bool make) {
+    if (make && mkdir(cc_global.directory, 0700) != 0 && errno != EEXIST) return -1;
+    return openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+// A new crash file under the file's name in `dir`, holding the session record; -1 if not.
+static int cc_new_crash_file(int dir) {
+    int fd = openat(dir, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    if (cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) {
+        close(fd);
+        return -1;
+    }
+    cc_global.record_offset = cc_global.session_record_len;
+    return fd;
+}
+
+// The crash file kept since install; or, where it is gone, a new one under its name: removed
+// at a normal end (a crash in a later atexit handler still needs one), or its descriptor
+// closed and reused by the program (a pipe, say, which is never written).
 static int cc_crash_fd(void) {
     if (cc_holds_file(cc_global.fd, cc_global.file_dev, cc_global.file_ino)) return cc_global.fd;
     cc_global.fd = -1;
-    int dir = cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)
-                  ? cc_global.dir_fd
-                  : openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd = openat(dir, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (dir != cc_global.dir_fd && dir >= 0) close(dir);
-    if (fd < 0) return -1;
-    if (cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0) return -1;
-    cc_global.record_offset = cc_global.session_record_len;
+    if (cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino))
+        return cc_new_crash_file(cc_global.dir_fd);
+    int dir = cc_reopen_directory(false);
+    int fd = dir >= 0 ? cc_new_crash_file(dir) : -1;
+    if (dir >= 0) close(dir);
     return fd;
 }
 
@@ -996,8 +1011,7 @@ static int cc_write_at(int fd, const void *data, size_t n, uint64_t at) {
 // The directory was removed after install: it is made again where it was, and the report
 // linked into it.
 static bool cc_link_into_recreated_directory(void) {
-    if (mkdir(cc_global.directory, 0700) != 0 && errno != EEXIST) return false;
-    int dir = openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dir = cc_reopen_directory(true);
     if (dir < 0) return false;
     bool linked = linkat(AT_FDCWD, cc_global.proc_fd_path, dir, cc_global.file_name, AT_SYMLINK_FOLLOW) == 0;
     if (linked) fsync(dir);
@@ -1009,12 +1023,10 @@ static bool cc_link_into_recreated_directory(void) {
 // deleted): the session record and the report go into a new file under the same name, in the
 // directory made again where it was, and both are flushed. Returns that file, or -1.
 static int cc_write_under_new_name(const char *records, size_t len) {
-    if (mkdir(cc_global.directory, 0700) != 0 && errno != EEXIST) return -1;
-    int dir = openat(AT_FDCWD, cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dir = cc_reopen_directory(true);
     if (dir < 0) return -1;
-    int fd = openat(dir, cc_global.file_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool written = fd >= 0 && cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) == 0 &&
-                   cc_write_all(fd, records, len) == 0 && fdatasync(fd) == 0 && fsync(dir) == 0;
+    int fd = cc_new_crash_file(dir);
+    bool written = fd >= 0 && cc_write_all(fd, records, len) == 0 && fdatasync(fd) == 0 && fsync(dir) == 0;
     close(dir);
     if (written) return fd;
     if (fd >= 0) close(fd);
