@@ -102,6 +102,7 @@ func crashBenchmarks(runs: Int) throws {
         ("install's writes on disk, then 100 ms of work", ["CRASH_SAMPLE_SETTLED": "100"]),
     ]
     var frames: [Int] = []
+    var breakdown: [(String, [Double])] = []
     print("## Handler time (\(runs) crashes each, ms)\n")
     print(
         "| crash | fault to report durable: median | p90 | max | of which the flush | of which naming | directory flushed too |"
@@ -112,6 +113,7 @@ func crashBenchmarks(runs: Int) throws {
         var flush: [Double] = []
         var naming: [Double] = []
         var directoryFlushed = Set<Bool>()
+        var parts: [[Double]] = Array(repeating: [], count: 6)
         let directory = temporaryDirectory()
         for _ in 0..<runs {
             _ = try timedRun(
@@ -124,6 +126,11 @@ func crashBenchmarks(runs: Int) throws {
                     flush.append(Double(timing.fdatasyncNanoseconds) / 1e6)
                     naming.append(Double(timing.publishNanoseconds) / 1e6)
                     directoryFlushed.insert(timing.directoryFlushed)
+                    let each = [
+                        timing.keptFilesNanoseconds, timing.otherThreadsNanoseconds, timing.unwindNanoseconds,
+                        timing.eventsNanoseconds, timing.writeNanoseconds, timing.fdatasyncNanoseconds,
+                    ]
+                    for (index, value) in each.enumerated() { parts[index].append(Double(value) / 1000) }
                 }
                 frames.append(report.frames.count)
                 try FileManager.default.removeItem(atPath: directory + "/" + file)
@@ -134,8 +141,17 @@ func crashBenchmarks(runs: Int) throws {
             "| \(moment) | \(format(h.median)) | \(format(h.percentile(0.9))) | \(format(h.percentile(1))) | "
                 + "\(format(Statistics(flush).median)) | \(format(Statistics(naming).median)) | "
                 + "\(directoryFlushed.map { $0 ? "yes" : "no" }.sorted().joined(separator: ", ")) |")
+        breakdown.append((moment, parts.map { Statistics($0).median }))
     }
     print("\n\(Statistics(frames.map(Double.init)).median) frames a stack\n")
+    // Where the time goes, as each report's timing record has it (medians, µs).
+    print(
+        "| crash | kept process-state files | listing the threads | unwinding | building the events | write | flush |")
+    print("|---|---|---|---|---|---|---|")
+    for (moment, medians) in breakdown {
+        print("| \(moment) | " + medians.map { format($0, 0) }.joined(separator: " | ") + " |")
+    }
+    print("")
 
     // 3. Every thread: the handler with 1, 16, 64 and 256 threads (the others parked in
     // nanosleep), what the other threads took of it, and the crash file's size; right after

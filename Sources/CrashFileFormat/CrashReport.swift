@@ -64,6 +64,12 @@ public struct CrashReport: @unchecked Sendable {
         public let directoryFlushed: Bool
         /// Of the handler's time, what the other threads took (listing, asking, unwinding).
         public let otherThreadsNanoseconds: Int64
+        /// Of the handler's time: reading the process-state files kept since install, unwinding
+        /// the crashing thread, building the events (the process's state and the memory near the
+        /// fault among them). 0 in files written before these were recorded.
+        public let keptFilesNanoseconds: Int64
+        public let unwindNanoseconds: Int64
+        public let eventsNanoseconds: Int64
     }
 
     public let path: String
@@ -96,7 +102,10 @@ public struct CrashReport: @unchecked Sendable {
                     fdatasyncSucceeded: json["fdatasync_ok"] as? Bool ?? false,
                     namedBeforeSync: json["named_before_sync"] as? Bool ?? false,
                     directoryFlushed: json["directory_flushed"] as? Bool ?? false,
-                    otherThreadsNanoseconds: Self.int64(json["threads_ns"]))
+                    otherThreadsNanoseconds: Self.int64(json["threads_ns"]),
+                    keptFilesNanoseconds: Self.int64(json["kept_files_ns"]),
+                    unwindNanoseconds: Self.int64(json["unwind_ns"]),
+                    eventsNanoseconds: Self.int64(json["events_ns"]))
             }
         }
         self.session = session

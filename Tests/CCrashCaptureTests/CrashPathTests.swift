@@ -198,6 +198,9 @@ import Testing
         #expect(timing.fdatasyncSucceeded)
         #expect(timing.handlerNanoseconds > timing.fdatasyncNanoseconds)
         #expect(timing.fdatasyncNanoseconds > 0)
+        let parts = [timing.keptFilesNanoseconds, timing.unwindNanoseconds, timing.eventsNanoseconds]
+        #expect(parts.allSatisfy { $0 > 0 }, "\(parts)")
+        #expect(parts.reduce(0, +) < timing.handlerNanoseconds)
         #expect((report.properties["crash_handler_ms"] as? Double ?? -1) >= 0)
     }
 

@@ -339,6 +339,9 @@ static _Atomic int cc_report_written;
 static _Atomic int cc_report_named;  // 1: linked in the directory; 2: kept in the session file; 3: noted in its header
 static int64_t cc_other_threads_ns;  // listing, asking, waiting for and unwinding the other threads
 static int64_t cc_threads_asked_ns;  // of which listing, asking and waiting for them
+// Where the rest of the handler's own work goes, for the timing record: reading the kept
+// process-state files, unwinding the crashing thread, building the two events.
+static int64_t cc_kept_files_ns, cc_unwind_ns, cc_events_ns;
 static sigjmp_buf cc_stage_jump;
 static volatile sig_atomic_t cc_stage_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
@@ -581,7 +584,12 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;
             switch (stage) {
-            case CC_STAGE_UNWIND: cc_unwind(uc); break;
+            case CC_STAGE_UNWIND: {
+                int64_t start = cc_monotonic_ns();
+                cc_unwind(uc);
+                cc_unwind_ns = cc_monotonic_ns() - start;
+                break;
+            }
             case CC_STAGE_LATE_MODULES: cc_scan_late_modules(map); break;
             case CC_STAGE_TEXTS: cc_gather_texts(); break;
             case CC_STAGE_THREADS: {
@@ -957,6 +965,12 @@ static size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t
     cc_buf_append_i64(&b, cc_other_threads_ns);
     cc_buf_append_str(&b, ",\"threads_asked_ns\":");
     cc_buf_append_i64(&b, cc_threads_asked_ns);
+    cc_buf_append_str(&b, ",\"kept_files_ns\":");
+    cc_buf_append_i64(&b, cc_kept_files_ns);
+    cc_buf_append_str(&b, ",\"unwind_ns\":");
+    cc_buf_append_i64(&b, cc_unwind_ns);
+    cc_buf_append_str(&b, ",\"events_ns\":");
+    cc_buf_append_i64(&b, cc_events_ns);
     cc_buf_append_str(&b, ",\"threads\":");
     cc_buf_append_i64(&b, cc_threads_total_count());
     cc_buf_append_str(&b, "}");
@@ -1141,7 +1155,9 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     // The process-state files kept since install are read first, then every reserved
     // descriptor is given back: libunwind's pipe, the listing of the threads (and a named crash
     // file, if one must be reopened) find room even when the process had none left.
+    int64_t kept_start = cc_monotonic_ns();
     cc_process_state_read_kept();
+    cc_kept_files_ns = cc_monotonic_ns() - kept_start;
     cc_crash c = {
         .signo = signo,
         .info = info,
@@ -1160,6 +1176,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
 
     char *out = cc_record;
     size_t cap = sizeof(cc_record);
+    int64_t events_start = cc_monotonic_ns();
     // The $AppEnd that follows needs a few hundred bytes; 16 KiB are left for it.
     size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
     if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
@@ -1172,6 +1189,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         cc_frame_in_place(out + total, CCF_RECORD_EVENT, end);
         total += CCF_RECORD_HEADER_SIZE + end;
     }
+    cc_events_ns = cc_monotonic_ns() - events_start;
 
     // RLIMIT_FSIZE lowered since install: a write past it raises SIGXFSZ, and the process would
     // die of that instead of its own signal. The soft limit is lifted to the hard one for our
