@@ -81,6 +81,10 @@ typedef struct cc_state {
     // The same for the crash file, the session file and the directory, which a crash writes.
     dev_t file_dev, session_dev, dir_dev;
     ino_t file_ino, session_ino, dir_ino;
+    // libunwind's memory-probing pipe, when install saw it made (-1: not known).
+    int unwinder_pipe[2];
+    dev_t unwinder_pipe_dev;
+    ino_t unwinder_pipe_ino;
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
     bool crash_line;  // one line on stderr at a crash

@@ -179,7 +179,7 @@ import Testing
     /// of them full and half empty: the crash path notices that the descriptors it kept (the
     /// crash file, the directory, the process-state files) are no longer its own, touches none
     /// of them (a read or a write there would block the handler), and still writes the report,
-    /// reopening the crash file by its name.
+    /// reopening the crash file by its name; libunwind, whose pipe is gone too, is not used.
     @Test func descriptorsClosedAndReusedAfterInstallHangNothing() throws {
         let directory = makeTemporaryDirectory("reused")
         let crashed = try run(
@@ -192,6 +192,9 @@ import Testing
         let crash = try #require(report.crashed?["crash"] as? [String: Any])
         let process = try #require(crash["process"] as? [String: Any])
         #expect((process["rss_bytes"] as? NSNumber)?.intValue ?? 0 > 0, "status read by its path instead")
+        // libunwind's probing pipe was among the numbers reused: it would block on a full pipe.
+        let properties = try #require(report.crashed?["properties"] as? [String: Any])
+        #expect(properties["crash_unwinder"] as? String == "frame-pointer")
     }
 
     /// Crafted crash files that once cost seconds, gigabytes and the store's real events.

@@ -21,7 +21,8 @@
 #include "cc_internal.h"
 #include "crashcapture_sdk.h"
 
-cc_state cc_global = {.fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1, -1}, .session_fd = -1};
+cc_state cc_global = {
+    .fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1, -1}, .session_fd = -1, .unwinder_pipe = {-1, -1}};
 
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cc_last_error[1024];
@@ -285,6 +286,19 @@ static int cc_build_static_json(const crashcapture_config *config) {
 
 // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where libstdc++ and the
 // Swift runtime would otherwise bind to them instead of libgcc_s.
+// libunwind makes its pipe (pipe2) in its first step, on the two lowest free descriptors: the
+// two found free just before, if they now hold one pipe, are kept to be checked at a crash.
+static void cc_note_libunwind_pipe(int lowest, int next) {
+    struct stat a, b;
+    if (lowest < 0 || next < 0 || fstat(lowest, &a) != 0 || fstat(next, &b) != 0 || !S_ISFIFO(a.st_mode) ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return;
+    cc_global.unwinder_pipe[0] = lowest;
+    cc_global.unwinder_pipe[1] = next;
+    cc_global.unwinder_pipe_dev = a.st_dev;
+    cc_global.unwinder_pipe_ino = a.st_ino;
+}
+
 static void cc_load_libunwind(void) {
     if (cc_global.unw_init_local2 != NULL) return;
     // An escape hatch, and how the frame-pointer fallback is tested: stacks as without libunwind.
@@ -304,7 +318,11 @@ static void cc_load_libunwind(void) {
     cc_unw_getcontext_fn getcontext = (cc_unw_getcontext_fn)dlsym(handle, CC_STRINGIFY(unw_tdep_getcontext));
     unw_context_t context;
     unw_cursor_t cursor;
+    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC), next = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (lowest >= 0) close(lowest);
+    if (next >= 0) close(next);
     if (getcontext != NULL && getcontext(&context) == 0 && init(&cursor, &context, 0) == 0) step(&cursor);
+    cc_note_libunwind_pipe(lowest, next);
 }
 
 static void cc_hook_runtimes(void) {

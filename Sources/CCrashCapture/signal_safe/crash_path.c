@@ -429,6 +429,19 @@ static void cc_recover_bad_call(const ucontext_t *uc) {
 
 static void cc_walk_stack(ucontext_t *uc);
 
+// libunwind probes memory by writing to a pipe it made at install (two non-blocking
+// descriptors). A program that closed them and reused the numbers (a full blocking pipe, say)
+// would block it: then the stacks are walked by frame pointers instead.
+static bool cc_libunwind_usable = true;
+
+static void cc_check_libunwind_pipe(void) {
+    cc_libunwind_usable = true;
+    for (int i = 0; i < 2; i++)
+        if (cc_global.unwinder_pipe[i] >= 0 &&
+            !cc_holds_file(cc_global.unwinder_pipe[i], cc_global.unwinder_pipe_dev, cc_global.unwinder_pipe_ino))
+            cc_libunwind_usable = false;
+}
+
 static void cc_unwind(ucontext_t *uc) {
     cc_walk_stack(uc);
     cc_recover_bad_call(uc);
@@ -440,7 +453,7 @@ static void cc_unwind(ucontext_t *uc) {
 static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *count, volatile int *used_libunwind) {
     *count = 0;
     *used_libunwind = 0;
-    if (cc_global.unw_init_local2 != NULL) {
+    if (cc_global.unw_init_local2 != NULL && cc_libunwind_usable) {
         unw_cursor_t cursor;
         if (cc_global.unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
             *used_libunwind = 1;
@@ -1158,6 +1171,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     int64_t kept_start = cc_monotonic_ns();
     cc_process_state_read_kept();
     cc_kept_files_ns = cc_monotonic_ns() - kept_start;
+    cc_check_libunwind_pipe();
     cc_crash c = {
         .signo = signo,
         .info = info,
