@@ -50,6 +50,18 @@ func timedRun(_ path: String, _ arguments: [String], _ environment: [String: Str
 /// megabytes, and left behind they would slow the next run's disk.
 nonisolated(unsafe) var temporaryDirectories: [String] = []
 
+/// Events shaped like a tracked one as the store keeps it (about 700 bytes), ids in order.
+func syntheticEvents(_ count: Int) -> [(id: String, payload: String)] {
+    let pad = String(repeating: "0123456789", count: 22)
+    return (0..<count).map { index in
+        let id = "bench-" + String(format: "%012d", index)
+        return (
+            id,
+            #"{"type":"track","event":"bench_event","time":1795460217041,"event_id":"\#(id)","lib":{"$lib_method":"code","$lib":"CrashCapture","$lib_version":"0.1.0"},"distinct_id":"d-1234567890","properties":{"$app_name":"bench","$app_version":"1.0","$os":"Linux","$os_version":"6.1","$model":"x86_64","$manufacturer":"QEMU","$lib":"CrashCapture","tier":"bench","$session_id":"0d9c0a3e-6a34-4b9f-a0d5-1c8b34d9e2a7","index":\#(index),"label":"row-\#(index)","flag":true,"pad":"\#(pad)"}}"#
+        )
+    }
+}
+
 func temporaryDirectory() -> String {
     let path = NSTemporaryDirectory() + "crashcap-bench-\(UUID().uuidString)"
     try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -834,6 +846,28 @@ case "upload":
         ($0.eventID, $0.payload)
     }
     try uploadBenchmark(payloads: payloads, directory: directory)
+case "claim":
+    // The uploader's store alone: finish the last batch and claim the next, in one
+    // transaction, until the store is empty (what the uploader does while a request is out).
+    let count = option("--events", default: 50_000)
+    var samples: [Double] = []
+    for _ in 0..<option("--runs", default: 3) {
+        let store = try EventStore(path: temporaryDirectory() + "/upload.sqlite")
+        try store.insert(syntheticEvents(count))
+        sync()
+        let start = monotonic()
+        var batch = try store.completeAndClaim(nil, limit: 50)
+        var batches = 0
+        while let claimed = batch {
+            batch = try store.completeAndClaim(claimed, limit: 50)
+            batches += 1
+        }
+        samples.append(Double(monotonic() - start) / 1000 / Double(batches))
+    }
+    print("## The uploader's store: complete a batch of 50 and claim the next (\(count) events, µs a batch)\n")
+    print("| runs |")
+    print("|---|")
+    print("| \(samples.map { format($0, 0) }.joined(separator: ", ")) |")
 case "decode":
     // The collector's checks alone (form, base64, gzip, the JSON scan), on a batch shaped like
     // the ingest benchmark's (50 events, each a 600-byte string) and on one of 50 tracked events.
@@ -864,7 +898,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | decode [--rounds N] | watch [--runs N] | ingest [--batches N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--batches N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

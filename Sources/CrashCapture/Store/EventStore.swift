@@ -120,6 +120,10 @@ package final class EventStore: @unchecked Sendable {
 
     private func load() throws {
         try connection.execute("PRAGMA wal_autocheckpoint = \(checkpointPages)")
+        // After a burst the WAL file shrinks back instead of keeping its largest size, but not
+        // below what one round of checkpoints lets it reach: a WAL cut shorter at every restart
+        // would be grown again, page by new page, every round.
+        try connection.execute("PRAGMA journal_size_limit = \(max(16 << 20, checkpointPages * 4096 * 2))")
         contextIDs = [:]
         try prepareStatements()
         try readTotals()
@@ -213,8 +217,11 @@ package final class EventStore: @unchecked Sendable {
             }
             _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
             try connection.execute("PRAGMA synchronous = NORMAL")
-            // After a burst the WAL file shrinks back instead of keeping its largest size.
-            try connection.execute("PRAGMA journal_size_limit = 16777216")
+            // Debian's SQLite overwrites every deleted row with zeros (SECURE_DELETE), SQLite's
+            // own default does not: FAST zeroes what lies in pages written anyway and writes no
+            // page more for it. Uploaded events leave the store a batch at a time, and the pages
+            // they free were each written to the WAL again, zeroed (`crashcap-bench claim`).
+            try connection.execute("PRAGMA secure_delete = FAST")
             // `seq` is a plain rowid (one past the largest), not AUTOINCREMENT: that keyword costs
             // a write to sqlite_sequence per row, a third of the writer's time (`crashcap-bench
             // writer`), and the order it guards holds without it (a new row is always last).
