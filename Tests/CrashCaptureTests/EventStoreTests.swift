@@ -238,6 +238,35 @@ extension EventContextTests {
         #expect(reopened.count == 400)
     }
 
+    /// The collector's store copies its WAL into the database on a thread of its own while the
+    /// writer goes on: the database grows as events come, the WAL is written again from its
+    /// start instead of growing, and every row is there for a second connection to read.
+    @Test func backgroundCheckpointsKeepTheWALShortWhileTheWriterGoesOn() throws {
+        let path = makeTemporaryDirectory("checkpoints") + "/events.sqlite"
+        let store = try EventStore(path: path, checkpointPages: 64, backgroundCheckpoints: true)
+        let pad = String(repeating: "p", count: 900)
+        func size(_ file: String) throws -> Int {
+            (try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
+        }
+        // Past the 64 pages that start a checkpoint, short of the writer's own backstop: with
+        // no commit after it, only the checkpointing thread can bring the rows into the file.
+        try store.insert((0..<400).map { ("early-\($0)", "{\"event\":\"x\",\"pad\":\"\(pad)\"}") })
+        let before = try size(path)
+        let deadline = Date().addingTimeInterval(10)
+        while try size(path) < before + 300_000 && Date() < deadline { usleep(10_000) }
+        #expect(try size(path) >= before + 300_000, "copied by the thread while the writer was idle")
+        for batch in 0..<400 {
+            try store.insert(
+                (0..<50).map { ("c\(batch)-\($0)", "{\"event\":\"x\",\"pad\":\"\(pad)\",\"n\":\($0)}") })
+        }
+        // 20,000 rows of about 1 KB: without checkpoints the WAL would hold all 20 MB of them.
+        #expect(try size(path) > 15_000_000, "the rows reached the database file")
+        #expect(try size(path + "-wal") < 4_000_000, "the WAL was started again, not grown")
+        let reader = try EventStore(path: path)
+        #expect(reader.count == 20_400)
+        #expect(try reader.events(after: 20_390, limit: 5).map(\.eventID) == (40...44).map { "c399-\($0)" })
+    }
+
     @Test func damageInsideTheFileIsFoundByTheIntegrityCheckAndMovedAside() throws {
         let path = try filledStore(2000)
         // Overwrite pages in the middle: the header is fine, so opening alone cannot tell.

@@ -50,6 +50,8 @@ package final class EventStore: @unchecked Sendable {
     private var eventBytes = 0
     private var nextToken: Int64 = 1
     private let checkpointPages: Int
+    private let backgroundCheckpoints: Bool
+    private var checkpointer: BackgroundCheckpointer?
     /// The batches being uploaded: token → the sequence range the batch spans, no two
     /// overlapping. Kept here, not in the table: a claim then writes nothing (marking the rows
     /// rewrote their pages into the WAL, as much as the delete that follows), and a claim
@@ -65,13 +67,19 @@ package final class EventStore: @unchecked Sendable {
     /// database, not ours) is always caught here.
     /// `checkpointPages`: how large the WAL grows (in 4 KiB pages) before the commit that
     /// crosses it copies it into the database, with two fsyncs; SQLite's default is 1,000.
-    package init(path: String, limits: Limits = Limits(), verifyNow: Bool = true, checkpointPages: Int = 1000) throws {
+    /// `backgroundCheckpoints`: the WAL is copied into the database on a thread of its own
+    /// (see `BackgroundCheckpointer`), for a store with one busy writer such as the collector's.
+    package init(
+        path: String, limits: Limits = Limits(), verifyNow: Bool = true, checkpointPages: Int = 1000,
+        backgroundCheckpoints: Bool = false
+    ) throws {
         guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
             throw CrashCaptureError.invalidArgument("event store limits must be positive")
         }
         self.path = path
         self.limits = limits
         self.checkpointPages = max(1, checkpointPages)
+        self.backgroundCheckpoints = backgroundCheckpoints
         lock.lock()
         defer { lock.unlock() }
         do {
@@ -118,12 +126,20 @@ package final class EventStore: @unchecked Sendable {
         try load()
     }
 
+    deinit { checkpointer?.stop() }
+
     private func load() throws {
         try connection.execute("PRAGMA wal_autocheckpoint = \(checkpointPages)")
         // After a burst the WAL file shrinks back instead of keeping its largest size, but not
         // below what one round of checkpoints lets it reach: a WAL cut shorter at every restart
         // would be grown again, page by new page, every round.
         try connection.execute("PRAGMA journal_size_limit = \(max(16 << 20, checkpointPages * 4096 * 2))")
+        if backgroundCheckpoints {
+            checkpointer?.stop()
+            let checkpointer = try BackgroundCheckpointer(path: path, startPages: checkpointPages)
+            checkpointer.attach(to: connection)
+            self.checkpointer = checkpointer
+        }
         contextIDs = [:]
         try prepareStatements()
         try readTotals()
