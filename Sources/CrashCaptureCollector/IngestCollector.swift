@@ -218,9 +218,12 @@ package final class IngestCollector: @unchecked Sendable {
         }
         let answer: EventLoopFuture<Response>
         if let upload = uploadBody(request) {
+            let beacon = request.path == "/sa.gif"
             answer = decodeSoon(upload, on: eventLoop).flatMap { (decoded: Decoded) in
-                self.database.runIfActive(eventLoop: eventLoop) { [self] in
-                    storeUpload(decoded, beacon: request.path == "/sa.gif")
+                guard case .rows(let rows) = decoded else { return eventLoop.makeSucceededFuture(self.ingest(decoded)) }
+                return self.store(rows, on: eventLoop).map { response in
+                    guard response.status == 200, beacon else { return response }
+                    return Response(status: 200, data: Self.transparentGIF, contentType: "image/gif")
                 }
             }
         } else {
@@ -310,13 +313,90 @@ package final class IngestCollector: @unchecked Sendable {
         case .rows(let decodedRows): rows = decodedRows
         case .refused(let response): return response
         }
+        // Stored exactly as each event arrived.
+        return insertAlone(rows.map { (id: $0.id, payload: $0.text) })
+    }
+
+    /// A decoded upload waiting for the database thread, and the answer its request is owed.
+    private struct WaitingBatch {
+        var rows: [(id: String, payload: String)]
+        var answer: EventLoopPromise<Response>
+    }
+
+    /// Batches decoded and not yet stored, in arrival order; `storing` is true while the
+    /// database thread works through them. Both under `lock`.
+    private var waiting: [WaitingBatch] = []
+    private var storing = false
+
+    /// At most this much goes into one transaction, so that no commit grows without bound.
+    static let groupCommitBytes = 8 << 20
+
+    /// Stores a batch in arrival order and answers once it is committed. Batches that arrive
+    /// while the database thread is busy are committed together in one transaction (a group
+    /// commit): with several clients, each batch no longer pays for a commit of its own (the
+    /// WAL frames of the pages every commit touches, and a hand-over to the thread and back).
+    func store(_ rows: [(id: String, text: String)], on eventLoop: EventLoop) -> EventLoopFuture<Response> {
+        let answer = eventLoop.makePromise(of: Response.self)
+        let batch = WaitingBatch(rows: rows.map { (id: $0.id, payload: $0.text) }, answer: answer)
+        let start = lock.withLock {
+            waiting.append(batch)
+            defer { storing = true }
+            return !storing
+        }
+        if start {
+            database.runIfActive(eventLoop: eventLoop) { [self] in storeWaiting() }.whenFailure { [self] error in
+                // The pool has stopped: nothing waiting will be stored.
+                let abandoned = lock.withLock {
+                    defer { waiting = []; storing = false }
+                    return waiting
+                }
+                for batch in abandoned { batch.answer.fail(error) }
+            }
+        }
+        return answer.futureResult
+    }
+
+    /// On the database thread: stores what is waiting, a group at a time, until nothing is.
+    private func storeWaiting() {
+        while true {
+            let group: [WaitingBatch] = lock.withLock {
+                var bytes = 0
+                var count = 0
+                for batch in waiting {
+                    bytes += batch.rows.reduce(0) { $0 + $1.payload.utf8.count }
+                    if count > 0 && bytes > Self.groupCommitBytes { break }
+                    count += 1
+                }
+                if count == 0 { storing = false }
+                defer { waiting.removeFirst(count) }
+                return Array(waiting.prefix(count))
+            }
+            if group.isEmpty { return }
+            let results: [EventStore.InsertResult]
+            do {
+                results = try store.transaction { transaction in
+                    try group.map { try transaction.insert($0.rows) }
+                }
+            } catch {
+                // One group failed whole: each batch then gets its own transaction and answer,
+                // so that one batch's failure is not every batch's.
+                for batch in group { batch.answer.succeed(insertAlone(batch.rows)) }
+                continue
+            }
+            for (batch, result) in zip(group, results) { batch.answer.succeed(Self.stored(result)) }
+        }
+    }
+
+    private func insertAlone(_ rows: [(id: String, payload: String)]) -> Response {
         do {
-            // Stored exactly as each event arrived.
-            let result = try store.insert(rows.map { (id: $0.id, payload: $0.text) })
-            return Response(status: 200, body: "{\"inserted\":\(result.inserted),\"duplicates\":\(result.duplicates)}")
+            return Self.stored(try store.insert(rows))
         } catch {
             return Response(status: 500, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
         }
+    }
+
+    static func stored(_ result: EventStore.InsertResult) -> Response {
+        Response(status: 200, body: "{\"inserted\":\(result.inserted),\"duplicates\":\(result.duplicates)}")
     }
 
     func listEvents(_ target: String) -> Response {

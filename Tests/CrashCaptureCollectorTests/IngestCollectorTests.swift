@@ -6,6 +6,10 @@ import Testing
 
 @testable import CrashCapture
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 @Suite struct CollectorTests {
     @Test func rejectsMalformedBatchesWithAReason() throws {
         let collector = try CollectorProcess()
@@ -60,6 +64,46 @@ import Testing
         let (_, second) = try collector.request("POST", "/sa", body: batch)
         #expect(String(decoding: second, as: UTF8.self) == "{\"inserted\":0,\"duplicates\":2}")
         #expect(try collector.events().count == 2)
+    }
+
+    /// Batches that arrive together are committed together: each still gets its own answer,
+    /// counting its own rows, and a row sent by several clients at once is stored once.
+    @Test func batchesCommittedTogetherAreEachAnsweredForThemselves() throws {
+        let collector = try CollectorProcess()
+        // 16 clients at once, each sending 8 batches; clients 2k and 2k+1 send the same events.
+        let answers = Answers()
+        let url = URL(string: collector.url)!
+        DispatchQueue.concurrentPerform(iterations: 16) { client in
+            for batch in 0..<8 {
+                let events = (0..<25).map {
+                    #"{"type":"track","event_id":"p\#(client / 2)-\#(batch)-\#($0)","event":"x","properties":{}}"#
+                }
+                guard let body = try? WireFormat.encode(events: events) else { return answers.add("no body") }
+                var request = URLRequest(url: url, timeoutInterval: 10)
+                request.httpMethod = "POST"
+                request.httpBody = body
+                let done = DispatchSemaphore(value: 0)
+                URLSession.shared.dataTask(with: request) { data, response, _ in
+                    let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+                    answers.add(status == 200 ? String(decoding: data ?? Data(), as: UTF8.self) : "HTTP \(status)")
+                    done.signal()
+                }.resume()
+                if done.wait(timeout: .now() + 15) == .timedOut { answers.add("no answer") }
+            }
+        }
+        var inserted = 0
+        var duplicates = 0
+        for answer in answers.all {
+            let counts = try #require(
+                try JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: Int], "\(answer)")
+            #expect(counts["inserted"]! + counts["duplicates"]! == 25, "\(answer)")
+            inserted += counts["inserted"]!
+            duplicates += counts["duplicates"]!
+        }
+        #expect(answers.all.count == 128)
+        #expect(inserted == 8 * 8 * 25 && duplicates == 8 * 8 * 25)
+        let ids = try collector.events().compactMap { $0["event_id"] as? String }
+        #expect(ids.count == 1600 && Set(ids).count == 1600)
     }
 
     /// The official Sensors Analytics Python SDK (installed by the test command): its
@@ -183,4 +227,11 @@ import Testing
         let noDB = try run(Paths.crashcap, ["collect"])
         #expect(noDB.exitCode != 0 && noDB.stderr.contains("--db"))
     }
+}
+
+private final class Answers: @unchecked Sendable {  // every access holds `lock`
+    private let lock = NSLock()
+    private var answers: [String] = []
+    func add(_ answer: String) { lock.withLock { answers.append(answer) } }
+    var all: [String] { lock.withLock { answers } }
 }
