@@ -891,6 +891,19 @@ case "decode":
         }
         let statistics = Statistics(samples)
         print("\(name): median \(format(statistics.median, 1)) µs, p90 \(format(statistics.percentile(0.9), 1)) µs")
+        // The uploader's side of the same batch: the body it builds while the previous request is out.
+        for level: Int32 in [1, 6] {
+            var encodeSamples: [Double] = []
+            for _ in 0..<option("--rounds", default: 3000) {
+                let start = monotonic()
+                _ = try WireFormat.encode(events: events, level: level)
+                encodeSamples.append(Double(monotonic() - start) / 1000)
+            }
+            let encoded = try WireFormat.encode(events: events, level: level).count
+            print(
+                "  encoded by the uploader, gzip level \(level): median \(format(Statistics(encodeSamples).median, 1)) µs, \(encoded) bytes"
+            )
+        }
     }
 case "ingest":
     try ingestBenchmark(batches: option("--batches", default: 500))

@@ -21,7 +21,7 @@ package enum WireFormat {
 
     /// The request body for a batch of event JSON objects, in order. `member` (`"key":value`),
     /// when given, is added to every object as it goes out.
-    package static func encode(events: [String], addingToEach member: String? = nil) throws -> Data {
+    package static func encode(events: [String], addingToEach member: String? = nil, level: Int32 = 6) throws -> Data {
         let added = member.map { Array("\($0)}".utf8) } ?? []
         var array: [UInt8] = [UInt8(ascii: "[")]
         array.reserveCapacity(events.reduce(2) { $0 + $1.utf8.count + added.count + 2 })
@@ -35,16 +35,20 @@ package enum WireFormat {
             }
         }
         array.append(UInt8(ascii: "]"))
-        let dataList = try gzip(Data(array)).base64EncodedData()
-        var body = [UInt8]("crc=\(javaHashCode(ascii: dataList))&gzip=1&data_list=".utf8)
-        body.reserveCapacity(body.count + dataList.count + dataList.count / 8)
-        formEscape(dataList, into: &body)
-        return Data(body)
+        let dataList = try gzip(Data(array), level: level).base64EncodedData()
+        // Over the buffer's bytes, not through Data's iterator: a third of the encoding's time
+        // went to stepping through it byte by byte (`crashcap-bench decode`).
+        return dataList.withUnsafeBytes { (base64: UnsafeRawBufferPointer) in
+            var body = [UInt8]("crc=\(javaHashCode(ascii: base64))&gzip=1&data_list=".utf8)
+            body.reserveCapacity(body.count + base64.count + base64.count / 8)
+            formEscape(base64, into: &body)
+            return Data(body)
+        }
     }
 
     /// application/x-www-form-urlencoded: letters, digits and `-._*` as they are, the rest %XX.
     static func formEscape(_ bytes: some Sequence<UInt8>, into out: inout [UInt8]) {
-        let hex = Array("0123456789ABCDEF".utf8)
+        let hex: StaticString = "0123456789ABCDEF"
         for byte in bytes {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
@@ -52,7 +56,9 @@ package enum WireFormat {
                 UInt8(ascii: "*"):
                 out.append(byte)
             default:
-                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+                out.append(UInt8(ascii: "%"))
+                out.append(hex.utf8Start[Int(byte >> 4)])
+                out.append(hex.utf8Start[Int(byte & 15)])
             }
         }
     }
