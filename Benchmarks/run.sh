@@ -4,5 +4,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 Scripts/install-dependencies.sh
+# The ingest benchmark's load generator.
+if ! command -v wrk >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq wrk >/dev/null
+fi
 swift build -c release
 exec .build/release/crashcap-bench "$@"

@@ -464,6 +464,83 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
     collector.stop()
 }
 
+/// The collector's ingest under wrk, the HTTP load generator: 4 keep-alive connections, each
+/// POSTing ready-made batches of 50 gzip'd events of about 700 bytes (the Python clients'
+/// shape below), every batch with ids of its own, for `seconds`. `collector`: another build's
+/// `crashcap` to run instead of this one's collector (`--collector PATH`), to compare the two.
+func ingestUnderWrk(seconds: Int, collector other: String?) throws {
+    let directory = temporaryDirectory()
+    let url: String
+    let storedCount: () throws -> Int
+    let stop: () -> Void
+    if let other {
+        let child = try ChildProcess(
+            path: other, arguments: ["collect", "--port", "0", "--db", directory + "/collector.sqlite"],
+            environment: ProcessInfo.processInfo.environment)
+        guard child.waitForOutput("listening on"), let range = child.stdout.range(of: "http://") else {
+            throw CrashCaptureError.io("\(other) collect did not start: \(child.stderr)")
+        }
+        url = String(child.stdout[range.lowerBound...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        storedCount = {
+            let health = try output("/usr/bin/env", ["curl", "-s", String(url.dropLast(3)) + "/health"], [:])
+            let digits = health.split(separator: ":").last?.filter(\.isNumber) ?? ""
+            return Int(digits) ?? -1
+        }
+        stop = {
+            kill(child.pid, SIGTERM)
+            _ = child.wait(timeout: 10)
+        }
+    } else {
+        let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
+        url = collector.url
+        storedCount = { collector.store.count }
+        stop = { collector.stop() }
+    }
+    // Enough bodies that none is sent twice at 400,000 events/s.
+    let perConnection = max(1000, seconds * 400_000 / 4 / 50)
+    let pad = String(repeating: "p", count: 600)
+    DispatchQueue.concurrentPerform(iterations: 4) { connection in
+        var lines: [UInt8] = []
+        for batch in 0..<perConnection {
+            let events = (0..<50).map {
+                #"{"type":"track","event_id":"wrk\#(connection)-\#(batch)-\#($0)","event":"bench_event","properties":{"pad":"\#(pad)","index":\#($0)}}"#
+            }
+            lines += try! WireFormat.encode(events: events)
+            lines.append(UInt8(ascii: "\n"))
+        }
+        FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+    }
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path + "/ingest.lua"
+    let report = try ChildProcess.run(
+        path: "/usr/bin/env",
+        arguments: [
+            "wrk", "-t4", "-c4", "-d\(seconds)s", "--latency", "-s", script, url, "--",
+            directory + "/bodies",
+        ],
+        environment: ProcessInfo.processInfo.environment, timeout: Double(seconds + 120))
+    guard report.exitCode == 0 else { throw CrashCaptureError.io("wrk failed: \(report.stderr)") }
+    func field(_ label: String) -> String {
+        report.stdout.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }
+            .map { $0.trimmingCharacters(in: .whitespaces).dropFirst(label.count).trimmingCharacters(in: .whitespaces) }
+            ?? "?"
+    }
+    let requests = report.stdout.split(separator: "\n").first { $0.contains("requests in") }.map {
+        $0.trimmingCharacters(in: .whitespaces).split(separator: " ")
+    }
+    let seconds = Double(requests?[3].dropLast(2) ?? "") ?? Double(seconds)
+    let stored = try storedCount()
+    let refused = report.stdout.contains("Non-2xx") ? field("Non-2xx or 3xx responses:") : "0"
+    stop()
+    print("## Ingest under wrk: 4 connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
+    print("| events stored | rate | request p50 | p99 | refused |")
+    print("|---|---|---|---|---|")
+    print(
+        "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) |"
+    )
+    print("")
+}
+
 /// The collector's ingest: 4 plain keep-alive clients at once (Python's http.client, each its
 /// own process), batches of 50 gzip'd events of about 700 bytes, over loopback.
 func ingestBenchmark(batches: Int) throws {
@@ -906,12 +983,15 @@ case "decode":
         }
     }
 case "ingest":
+    let other = arguments.firstIndex(of: "--collector").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+    try ingestUnderWrk(seconds: option("--seconds", default: 3), collector: other)
+    if other != nil { break }
     try ingestBenchmark(batches: option("--batches", default: 500))
     print("")
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--batches N]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--batches N] [--collector PATH]\n"
             .data(using: .utf8)!)
     exit(64)
 }
