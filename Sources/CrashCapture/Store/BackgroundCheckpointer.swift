@@ -19,6 +19,8 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
     /// A pass that copied no more than this hands the rest to the writer.
     let handOverPages: Int32 = 512
     private let connection: SQLiteConnection
+    /// The database file, to flush what the passes wrote before the writer's last one.
+    private let database: Int32
     private let condition = NSCondition()
     private var requested = false
     private var running = false
@@ -29,6 +31,7 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
 
     init(path: String, startPages: Int) throws {
         connection = try SQLiteConnection(path: path)
+        database = open(path, O_RDONLY | O_CLOEXEC)
         // The checkpoint's fsyncs are the checkpointing connection's to make.
         try connection.execute("PRAGMA synchronous = NORMAL")
         self.startPages = Int32(clamping: startPages)
@@ -101,6 +104,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
                 copied = backfilled
                 if thisPass <= handOverPages || condition.withLock({ writerWaiting }) { break }
             }
+            // SQLite flushes the database only in a checkpoint that reaches the WAL's end, which
+            // here is the writer's: it would wait for all the passes copied (20-30 ms for 32 MiB).
+            if database >= 0 { fdatasync(database) }
             condition.lock()
             running = false
             handedOver = true
@@ -115,5 +121,6 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
         condition.signal()
         condition.unlock()
         while let thread, !thread.isFinished { usleep(1000) }
+        if database >= 0 { close(database) }
     }
 }
