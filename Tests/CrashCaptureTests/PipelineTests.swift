@@ -273,6 +273,165 @@ import Testing
     }
 }
 
+/// `http://` endpoints are spoken to over a plain socket on the uploader's own thread
+/// (`PlainHTTPConnection`): every way a server may frame, delay, garble or cut its answer.
+@Suite struct PlainHTTPTests {
+    /// A raw HTTP/1.1 server: reads each request whole, then answers as its path says.
+    /// `GET /count` answers how many POSTs arrived.
+    static let server = #"""
+        import socket, socketserver, sys, threading, time
+        posts = []
+        lock = threading.Lock()
+        ANSWERS = {
+            "/ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            "/close-after": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nT: v\r\n\r\n",
+            "/until-close": b"HTTP/1.0 200 OK\r\n\r\n{\"ok\":true}",
+            "/interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            "/garbage": b"hello there\r\n\r\n",
+            "/cut": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"a\":",
+            "/two-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            "/busy": b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nbusy",
+        }
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                data = b""
+                while True:
+                    while b"\r\n\r\n" not in data:
+                        more = self.request.recv(65536)
+                        if not more: return
+                        data += more
+                    head, data = data.split(b"\r\n\r\n", 1)
+                    lines = head.decode().split("\r\n")
+                    method, path = lines[0].split(" ")[:2]
+                    length = 0
+                    for line in lines[1:]:
+                        name, value = line.split(":", 1)
+                        if name.lower() == "content-length": length = int(value)
+                    while len(data) < length:
+                        data += self.request.recv(65536)
+                    data = data[length:]
+                    if method == "GET":
+                        with lock: count = str(len(posts)).encode()
+                        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(count), count))
+                        continue
+                    with lock: posts.append(path)
+                    if path == "/silent":
+                        time.sleep(30)
+                        return
+                    self.request.sendall(ANSWERS[path])
+                    if path in ("/close-after", "/until-close", "/garbage", "/cut"): return
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+        server = Server(("127.0.0.1", 0), Handler)
+        print("port", server.server_address[1], flush=True)
+        server.serve_forever()
+        """#
+
+    @Test func everyFramingAndFailureOfAnAnswer() throws {
+        let child = try Child("/usr/bin/env", ["python3", "-c", Self.server])
+        defer { _ = child.waitOrKill(timeout: 0) }
+        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
+            throw TestFailure("server did not start: \(child.stderr)")
+        }
+        let base = "http://127.0.0.1:\(port.trimmingCharacters(in: .whitespacesAndNewlines))"
+        let store = try EventStore(path: makeTemporaryDirectory("plain-http") + "/events.sqlite")
+        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
+        let batch = try #require(try store.claimBatch(limit: 50))
+        func uploader(_ path: String) throws -> Uploader {
+            try Uploader(endpoint: URL(string: base + path)!, store: store, options: UploadOptions())
+        }
+        func posts() throws -> Int { Int(try String(contentsOf: URL(string: base + "/count")!, encoding: .utf8))! }
+
+        // Kept alive: three requests, one connection, each answered.
+        let kept = try uploader("/ok")
+        for _ in 0..<3 { #expect(kept.send(batch, timeout: 5) == .accepted) }
+        // The server closes after each answer without saying so: the next request finds the
+        // connection closed and is sent again on a new one, once.
+        let closing = try uploader("/close-after")
+        let before = try posts()
+        for _ in 0..<3 { #expect(closing.send(batch, timeout: 5) == .accepted) }
+        #expect(try posts() == before + 3, "each batch arrived once")
+        #expect(try uploader("/chunked").send(batch, timeout: 5) == .accepted)
+        #expect(try uploader("/until-close").send(batch, timeout: 5) == .accepted)
+        #expect(try uploader("/interim").send(batch, timeout: 5) == .accepted)
+        #expect(try uploader("/busy").send(batch, timeout: 5) == .retryAfter("HTTP 503, retry after 7 s: busy", 7))
+        for (path, reason) in [
+            ("/garbage", "not an HTTP response"), ("/cut", "connection closed before the response ended"),
+            ("/two-lengths", "malformed Content-Length"),
+        ] {
+            guard case .retry(let text) = try uploader(path).send(batch, timeout: 5) else {
+                Issue.record("\(path) was not retried")
+                continue
+            }
+            #expect(text.contains(reason), "\(path): \(text)")
+        }
+        // A server that never answers: the request's own deadline ends it.
+        let start = Date()
+        guard case .retry(let text) = try uploader("/silent").send(batch, timeout: 1) else {
+            Issue.record("a silent server was not retried")
+            return
+        }
+        #expect(text.contains("timed out"), "\(text)")
+        #expect(Date().timeIntervalSince(start) < 3)
+        // Nobody listening.
+        let nobody = try Uploader(
+            endpoint: URL(string: "http://127.0.0.1:9/sa")!, store: store, options: UploadOptions())
+        guard case .retry(let refused) = nobody.send(batch, timeout: 5) else {
+            Issue.record("a refused connection was not retried")
+            return
+        }
+        #expect(refused.contains("cannot connect"), "\(refused)")
+    }
+
+    /// https still goes through the TLS client, which checks the server's certificate: a
+    /// self-signed one is refused, and the batch kept for a retry.
+    @Test func httpsGoesThroughTheTLSClientThatChecksCertificates() throws {
+        let directory = makeTemporaryDirectory("https")
+        let made = try run(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", directory + "/key.pem", "-out",
+                directory + "/cert.pem", "-days", "1", "-subj", "/CN=localhost",
+            ])
+        try #require(made.exitCode == 0, "\(made.stderr)")
+        let server = """
+            import http.server, ssl, sys
+            class Handler(http.server.BaseHTTPRequestHandler):
+                protocol_version = "HTTP/1.1"
+                def log_message(self, *args): pass
+                def do_POST(self):
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    self.send_response(200)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+            httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(sys.argv[1] + "/cert.pem", sys.argv[1] + "/key.pem")
+            httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+            print("port", httpd.server_address[1], flush=True)
+            httpd.serve_forever()
+            """
+        let child = try Child("/usr/bin/env", ["python3", "-c", server, directory])
+        defer { _ = child.waitOrKill(timeout: 0) }
+        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
+            throw TestFailure("server did not start: \(child.stderr)")
+        }
+        let store = try EventStore(path: directory + "/events.sqlite")
+        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
+        let batch = try #require(try store.claimBatch(limit: 50))
+        let url = URL(string: "https://localhost:\(port.trimmingCharacters(in: .whitespacesAndNewlines))/sa")!
+        let uploader = try Uploader(endpoint: url, store: store, options: UploadOptions())
+        guard case .retry(let reason) = uploader.send(batch, timeout: 5) else {
+            Issue.record("a self-signed certificate was accepted")
+            return
+        }
+        #expect(reason.contains("network error"), "\(reason)")
+    }
+}
+
 @Suite struct BuildWithoutHTTPTests {
     /// The README's test command builds the release samples without the package trait
     /// HTTPUpload: such a build must still capture and store, and say why it does not upload.

@@ -28,11 +28,11 @@ internal import Foundation
             let request: HTTPClient.Request
             do {
                 request = try HTTPClient.Request(
-                    url: endpoint, method: .POST, headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                    url: endpoint, method: .POST, headers: ["Content-Type": WireFormat.contentType],
                     body: .data(body))
             } catch {
-                result.value = .retry("cannot make a request to \(Uploader.redacted(endpoint)): \(error)")
-                return Uploader.InFlight(done: done, result: result, timeout: timeout, cancel: nil)
+                let reason = "cannot make a request to \(Uploader.redacted(endpoint)): \(error)"
+                return Uploader.InFlight { .retry(reason) }
             }
             let task = client.execute(
                 request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
@@ -44,7 +44,14 @@ internal import Foundation
                 }
                 done.signal()
             }
-            return Uploader.InFlight(done: done, result: result, timeout: timeout, cancel: { task.cancel() })
+            return Uploader.InFlight {
+                // The request's own deadline ends it; this wait is only a backstop.
+                if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+                    task.cancel()
+                    return .retry("timed out after \(timeout) s")
+                }
+                return result.value
+            }
         }
     }
 
@@ -82,10 +89,7 @@ internal import Foundation
         static let available = false
 
         static func post(_ body: Data, to endpoint: URL, timeout: Double) -> Uploader.InFlight {
-            Uploader.InFlight(
-                done: DispatchSemaphore(value: 0),
-                result: Box(.retry("this build has no HTTP client (the package trait HTTPUpload is off)")),
-                timeout: timeout, cancel: nil)
+            Uploader.InFlight { .retry("this build has no HTTP client (the package trait HTTPUpload is off)") }
         }
     }
 #endif

@@ -71,6 +71,9 @@ package final class Uploader: @unchecked Sendable {
     private var claimLimit: Int?
     private var timer: DispatchSourceTimer?
     private var stats = Statistics()
+    /// For `http://` endpoints: requests go out on the uploader's own thread (see
+    /// `PlainHTTPConnection`); https goes through async-http-client.
+    private let plainConnection: PlainHTTPConnection?
 
     /// False in a build without the package trait `HTTPUpload` (no HTTP client linked in).
     package static var canUpload: Bool { HTTPTransport.available }
@@ -85,6 +88,7 @@ package final class Uploader: @unchecked Sendable {
         self.endpoint = endpoint
         self.store = store
         self.options = options
+        plainConnection = endpoint.scheme?.lowercased() == "http" ? PlainHTTPConnection(endpoint: endpoint) : nil
     }
 
     deinit { timer?.cancel() }
@@ -303,27 +307,21 @@ package final class Uploader: @unchecked Sendable {
         }
     }
 
-    /// A request on its way; `outcome()` waits for it.
+    /// A request on its way; `outcome()` waits for its answer.
     struct InFlight {
-        let done: DispatchSemaphore
-        let result: Box<Outcome>
-        let timeout: Double
-        /// Nil when the request never left.
-        let cancel: (@Sendable () -> Void)?
-
-        func outcome() -> Outcome {
-            guard let cancel else { return result.value }
-            // The request's own deadline ends it; this wait is only a backstop.
-            if done.wait(timeout: .now() + timeout + 1) == .timedOut {
-                cancel()
-                return .retry("timed out after \(timeout) s")
-            }
-            return result.value
-        }
+        let outcome: () -> Outcome
     }
 
     func post(_ body: Data, timeout: Double) -> InFlight {
-        HTTPTransport.post(body, to: endpoint, timeout: timeout)
+        guard let plainConnection else { return HTTPTransport.post(body, to: endpoint, timeout: timeout) }
+        let answer = plainConnection.post(body, contentType: WireFormat.contentType, timeout: timeout)
+        return InFlight {
+            switch answer() {
+            case .success(let response):
+                Self.classify(status: response.status, text: response.text, retryAfter: response.retryAfter)
+            case .failure(let failure): .retry("network error: \(failure)")
+            }
+        }
     }
 
     static func classify(status: Int, text: String, retryAfter: String? = nil) -> Outcome {

@@ -5,6 +5,8 @@ package import Foundation
 /// `crc=<Java String.hashCode of data_list>&gzip=1&data_list=<base64(gzip(JSON array))>`.
 /// The uploader encodes; the collector (module CrashCaptureCollector) decodes.
 package enum WireFormat {
+    package static let contentType = "application/x-www-form-urlencoded"
+
     /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 units, 32-bit wrapping.
     package static func javaHashCode(_ text: String) -> Int32 {
         var hash: Int32 = 0
