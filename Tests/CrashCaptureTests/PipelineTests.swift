@@ -308,6 +308,13 @@ import Testing
                     for line in lines[1:]:
                         name, value = line.split(":", 1)
                         if name.lower() == "content-length": length = int(value)
+                    if path == "/early-413":
+                        # Refused from its head alone, the body unread, as a server with a
+                        # size limit does.
+                        with lock: posts.append(path)
+                        self.request.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+                        time.sleep(0.5)
+                        return
                     while len(data) < length:
                         data += self.request.recv(65536)
                     data = data[length:]
@@ -367,6 +374,16 @@ import Testing
             }
             #expect(text.contains(reason), "\(path): \(text)")
         }
+        // Refused before the body was read: the answer is read though the body never went out.
+        let large = try EventStore(path: makeTemporaryDirectory("plain-http-large") + "/events.sqlite")
+        let noise = (0..<(12 << 20) / 8).map { _ in String(UInt64.random(in: 0...UInt64.max), radix: 36) }.joined()
+        try large.insert([
+            (id: "big", payload: "{\"event_id\":\"big\",\"event\":\"e\",\"properties\":{\"n\":\"\(noise)\"}}")
+        ])
+        let bigBatch = try #require(try large.claimBatch(limit: 1))
+        let refusedEarly = try Uploader(
+            endpoint: URL(string: base + "/early-413")!, store: large, options: UploadOptions())
+        #expect(refusedEarly.send(bigBatch, timeout: 10) == .rejected(413, "too large"))
         // A server that never answers: the request's own deadline ends it.
         let start = Date()
         guard case .retry(let text) = try uploader("/silent").send(batch, timeout: 1) else {

@@ -44,6 +44,10 @@ final class PlainHTTPConnection: @unchecked Sendable {
         /// Nothing of a response arrived on a connection that had carried one before: the
         /// server most likely closed it while idle, and the request may be sent again at once.
         var staleConnection = false
+        /// The server answered, or stopped reading, before the whole request was sent (a
+        /// server refusing a body too large answers 413 at once): its answer is read, then the
+        /// connection closed.
+        var answeredEarly = false
     }
 
     /// The answer: status, the start of the body, and Retry-After.
@@ -53,15 +57,21 @@ final class PlainHTTPConnection: @unchecked Sendable {
         var retryAfter: String?
     }
 
-    /// Sends one POST and returns its answer, reading it only when `await` is called, so that
-    /// the caller can work while the request is out. A connection found closed by the server
-    /// is replaced and the request sent once more.
+    /// Sends one POST and returns its answer, reading it only when the returned function is
+    /// called, so that the caller can work while the request is out. A kept connection found
+    /// closed by the server is replaced and the request sent once more.
     func post(_ body: Data, contentType: String, timeout: Double) -> () -> Result<Response, Failure> {
         let deadline = Self.now() + timeout
         let request = requestBytes(body, contentType: contentType)
-        if let failure = send(request, deadline: deadline) {
-            if !failure.staleConnection { return { .failure(failure) } }
-            if let again = send(request, deadline: deadline) { return { .failure(again) } }
+        var failure = send(request, deadline: deadline)
+        if let stale = failure, stale.staleConnection { failure = send(request, deadline: deadline) }
+        if let failure {
+            guard failure.answeredEarly else { return { .failure(failure) } }
+            return { [self] in
+                defer { close() }
+                guard case .success(let response) = readResponse(deadline: deadline) else { return .failure(failure) }
+                return .success(response)
+            }
         }
         return { [self] in
             switch readResponse(deadline: deadline) {
@@ -106,14 +116,20 @@ final class PlainHTTPConnection: @unchecked Sendable {
             if written > 0 {
                 sent += written
             } else if written < 0 && (errno == EAGAIN || errno == EINTR) {
-                if let failure = wait(descriptor, for: Int16(POLLOUT), until: deadline) {
+                // Writable again, or an answer before the whole request went out.
+                if let failure = wait(descriptor, for: Int16(POLLOUT) | Int16(POLLIN), until: deadline) {
                     close()
                     return failure
                 }
+                var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+                if poll(&entry, 1, 0) > 0 && entry.revents & Int16(POLLIN) != 0 {
+                    return Failure(description: "the server answered before the request was sent", answeredEarly: true)
+                }
             } else {
                 let reason = String(cString: strerror(errno))
+                if sent > 0 { return Failure(description: "sending: \(reason)", answeredEarly: true) }
                 close()
-                return Failure(description: "sending: \(reason)", staleConnection: wasReused && sent == 0)
+                return Failure(description: "sending: \(reason)", staleConnection: wasReused)
             }
         }
         return nil
