@@ -216,6 +216,31 @@ import Testing
     }
 }
 
+/// A Python server started from `script` (with `arguments`), which prints "port N" once it
+/// listens; stopped when the test's `defer` calls `stop()`.
+struct PythonServer {
+    let child: Child
+    let port: String
+
+    init(_ script: String, _ arguments: [String] = []) throws {
+        child = try Child("/usr/bin/env", ["python3", "-c", script] + arguments)
+        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
+            _ = child.waitOrKill(timeout: 0)
+            throw TestFailure("server did not start: \(child.stderr)")
+        }
+        self.port = port.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func stop() { _ = child.waitOrKill(timeout: 0) }
+}
+
+/// A store holding one small event, and that event claimed as a batch.
+func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) {
+    let store = try EventStore(path: makeTemporaryDirectory(name) + "/events.sqlite")
+    try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
+    return (store, try #require(try store.claimBatch(limit: 50)))
+}
+
 /// The uploader against a server that misbehaves in ways the collector does not.
 @Suite struct UploaderResponseTests {
     /// A plain HTTP server: /redirect answers 302 to /elsewhere (which counts its visits),
@@ -246,15 +271,10 @@ import Testing
         """
 
     @Test func redirectsAreNotFollowedAndLongAnswersAreCut() throws {
-        let child = try Child("/usr/bin/env", ["python3", "-c", Self.server])
-        defer { _ = child.waitOrKill(timeout: 0) }
-        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
-            throw TestFailure("server did not start: \(child.stderr)")
-        }
-        let base = "http://127.0.0.1:\(port.trimmingCharacters(in: .whitespacesAndNewlines))"
-        let store = try EventStore(path: makeTemporaryDirectory("responses") + "/events.sqlite")
-        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
-        let batch = try #require(try store.claimBatch(limit: 50))
+        let server = try PythonServer(Self.server)
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let (store, batch) = try storeWithOneEvent("responses")
 
         let redirected = try Uploader(
             endpoint: URL(string: base + "/redirect")!, store: store, options: UploadOptions())
@@ -337,15 +357,10 @@ import Testing
         """#
 
     @Test func everyFramingAndFailureOfAnAnswer() throws {
-        let child = try Child("/usr/bin/env", ["python3", "-c", Self.server])
-        defer { _ = child.waitOrKill(timeout: 0) }
-        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
-            throw TestFailure("server did not start: \(child.stderr)")
-        }
-        let base = "http://127.0.0.1:\(port.trimmingCharacters(in: .whitespacesAndNewlines))"
-        let store = try EventStore(path: makeTemporaryDirectory("plain-http") + "/events.sqlite")
-        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
-        let batch = try #require(try store.claimBatch(limit: 50))
+        let server = try PythonServer(Self.server)
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let (store, batch) = try storeWithOneEvent("plain-http")
         func uploader(_ path: String) throws -> Uploader {
             try Uploader(endpoint: URL(string: base + path)!, store: store, options: UploadOptions())
         }
@@ -431,15 +446,10 @@ import Testing
             print("port", httpd.server_address[1], flush=True)
             httpd.serve_forever()
             """
-        let child = try Child("/usr/bin/env", ["python3", "-c", server, directory])
-        defer { _ = child.waitOrKill(timeout: 0) }
-        guard child.waitForOutput("port "), let port = child.stdout.split(separator: " ").last else {
-            throw TestFailure("server did not start: \(child.stderr)")
-        }
-        let store = try EventStore(path: directory + "/events.sqlite")
-        try store.insert([(id: "a", payload: "{\"event_id\":\"a\",\"event\":\"e\",\"properties\":{}}")])
-        let batch = try #require(try store.claimBatch(limit: 50))
-        let url = URL(string: "https://localhost:\(port.trimmingCharacters(in: .whitespacesAndNewlines))/sa")!
+        let tls = try PythonServer(server, [directory])
+        defer { tls.stop() }
+        let (store, batch) = try storeWithOneEvent("https-store")
+        let url = URL(string: "https://localhost:\(tls.port)/sa")!
         let uploader = try Uploader(endpoint: url, store: store, options: UploadOptions())
         guard case .retry(let reason) = uploader.send(batch, timeout: 5) else {
             Issue.record("a self-signed certificate was accepted")
