@@ -299,12 +299,13 @@ func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) 
     /// A raw HTTP/1.1 server: reads each request whole, then answers as its path says.
     /// `GET /count` answers how many POSTs arrived.
     static let server = #"""
-        import socket, socketserver, sys, threading, time
+        import socket, socketserver, struct, sys, threading, time
         posts = []
         lock = threading.Lock()
         ANSWERS = {
             "/ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
             "/close-after": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            "/reset-after": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
             "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nT: v\r\n\r\n",
             "/until-close": b"HTTP/1.0 200 OK\r\n\r\n{\"ok\":true}",
             "/interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
@@ -347,6 +348,11 @@ func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) 
                         time.sleep(30)
                         return
                     self.request.sendall(ANSWERS[path])
+                    if path == "/reset-after":
+                        # Closed with a reset: the client's next send on it fails at once.
+                        time.sleep(0.05)
+                        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        return
                     if path in ("/close-after", "/until-close", "/garbage", "/cut"): return
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -375,6 +381,12 @@ func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) 
         let before = try posts()
         for _ in 0..<3 { #expect(closing.send(batch, timeout: 5) == .accepted) }
         #expect(try posts() == before + 3, "each batch arrived once")
+        // The same, the closing seen when sending: a reset that arrived while it was idle.
+        let resetting = try uploader("/reset-after")
+        for _ in 0..<3 {
+            #expect(resetting.send(batch, timeout: 5) == .accepted)
+            usleep(200_000)
+        }
         #expect(try uploader("/chunked").send(batch, timeout: 5) == .accepted)
         #expect(try uploader("/until-close").send(batch, timeout: 5) == .accepted)
         #expect(try uploader("/interim").send(batch, timeout: 5) == .accepted)

@@ -20,7 +20,8 @@ final class PlainHTTPConnection: @unchecked Sendable {
     let hostHeader: String
     private let lock = NSLock()
     private var socket: Int32 = -1
-    /// Whether the socket already carried a request: a server may have closed it since.
+    /// Whether the socket carried a request before the one now on it: a server may have closed
+    /// it since.
     private var reused = false
 
     /// Longest response head taken; a response's body is kept to its first `keptBody` bytes.
@@ -137,9 +138,10 @@ final class PlainHTTPConnection: @unchecked Sendable {
 
     /// The open connection, or a new one.
     private func connection(deadline: Double) throws -> (Int32, Bool) {
-        if let open = lock.withLock({ socket >= 0 ? (socket, reused) : nil }) {
+        // An open socket has carried a request before this one (each is used at once).
+        if let open = lock.withLock({ socket >= 0 ? socket : nil }) {
             lock.withLock { reused = true }
-            return open
+            return (open, true)
         }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
