@@ -312,6 +312,7 @@ func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) 
             "/garbage": b"hello there\r\n\r\n",
             "/cut": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"a\":",
             "/two-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            "/no-content": b"HTTP/1.1 204 No Content\r\n\r\n",
             "/busy": b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nbusy",
         }
         class Handler(socketserver.BaseRequestHandler):
@@ -390,6 +391,11 @@ func storeWithOneEvent(_ name: String) throws -> (EventStore, EventStore.Batch) 
         #expect(try uploader("/chunked").send(batch, timeout: 5) == .accepted)
         #expect(try uploader("/until-close").send(batch, timeout: 5) == .accepted)
         #expect(try uploader("/interim").send(batch, timeout: 5) == .accepted)
+        // No body, and none awaited: twice on the same connection, each well within its deadline.
+        let noContent = try uploader("/no-content")
+        let started = Date()
+        for _ in 0..<2 { #expect(noContent.send(batch, timeout: 3) == .accepted) }
+        #expect(Date().timeIntervalSince(started) < 2)
         #expect(try uploader("/busy").send(batch, timeout: 5) == .retryAfter("HTTP 503, retry after 7 s: busy", 7))
         for (path, reason) in [
             ("/garbage", "not an HTTP response"), ("/cut", "connection closed before the response ended"),

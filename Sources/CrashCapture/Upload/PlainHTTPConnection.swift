@@ -223,7 +223,9 @@ final class PlainHTTPConnection: @unchecked Sendable {
             func keep(_ bytes: ArraySlice<UInt8>) {
                 text += bytes.prefix(max(0, Self.keptBody - text.count))
             }
-            if head.chunked {
+            if head.status == 204 || head.status == 304 {
+                // No body, whatever the headers say.
+            } else if head.chunked {
                 while true {
                     let line = try reader.line()
                     let size = line.split(separator: UInt8(ascii: ";")).first.flatMap {
