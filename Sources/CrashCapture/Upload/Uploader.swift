@@ -298,12 +298,15 @@ package final class Uploader: @unchecked Sendable {
         return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
     }
 
-    /// One request for one batch.
+    /// One request for one batch, on the upload queue like every other (the plain http
+    /// connection is one socket, used by one request at a time).
     package func send(_ batch: EventStore.Batch, timeout: Double) -> Outcome {
-        do {
-            return post(try encode(batch), timeout: timeout).outcome()
-        } catch {
-            return .retry("cannot encode the batch: \(error)")
+        queue.sync {
+            do {
+                return post(try encode(batch), timeout: timeout).outcome()
+            } catch {
+                return .retry("cannot encode the batch: \(error)")
+            }
         }
     }
 
