@@ -473,6 +473,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
     let url: String
     let storedCount: () throws -> Int
     let stop: () -> Void
+    let pid: pid_t
     if let other {
         let child = try ChildProcess(
             path: other, arguments: ["collect", "--port", "0", "--db", directory + "/collector.sqlite"],
@@ -481,6 +482,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
             throw CrashCaptureError.io("\(other) collect did not start: \(child.stderr)")
         }
         url = String(child.stdout[range.lowerBound...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        pid = child.pid
         storedCount = {
             let health = try output("/usr/bin/env", ["curl", "-s", String(url.dropLast(3)) + "/health"], [:])
             let digits = health.split(separator: ":").last?.filter(\.isNumber) ?? ""
@@ -493,6 +495,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
     } else {
         let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
         url = collector.url
+        pid = getpid()
         storedCount = { collector.store.count }
         stop = { collector.stop() }
     }
@@ -512,6 +515,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
     }
     let script =
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path + "/ingest.lua"
+    let cpuBefore = threadCPUSeconds(pid)
     let report = try ChildProcess.run(
         path: "/usr/bin/env",
         arguments: [
@@ -529,16 +533,41 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
         $0.trimmingCharacters(in: .whitespaces).split(separator: " ")
     }
     let seconds = Double(requests?[3].dropLast(2) ?? "") ?? Double(seconds)
+    let cpuAfter = threadCPUSeconds(pid)
     let stored = try storedCount()
     let refused = report.stdout.contains("Non-2xx") ? field("Non-2xx or 3xx responses:") : "0"
     stop()
+    // CPU an event by the collector's threads: its event loop, its thread pools (SQLite's; the
+    // decoders' stay idle for batches this small) and the checkpointing thread.
+    func perEvent(_ prefix: String) -> String {
+        let used = cpuAfter.filter { $0.key.hasPrefix(prefix) }.reduce(0.0) { $0 + $1.value - (cpuBefore[$1.key] ?? 0) }
+        return format(used / Double(max(1, stored)) * 1e6, 2)
+    }
     print("## Ingest under wrk: 4 connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
-    print("| events stored | rate | request p50 | p99 | refused |")
-    print("|---|---|---|---|---|")
+    print("| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / SQLite / checkpoints |")
+    print("|---|---|---|---|---|---|")
     print(
-        "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) |"
+        "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) | \(perEvent("NIO-ELT")) / \(perEvent("TP-")) / \(perEvent("wal-checkpoint")) |"
     )
     print("")
+}
+
+/// CPU seconds each thread of a process has used, by thread name (threads of one name added).
+func threadCPUSeconds(_ pid: pid_t) -> [String: Double] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+    var seconds: [String: Double] = [:]
+    for task in tasks {
+        guard let name = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8),
+            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { continue }
+        // Fields after the name: state is the first; utime and stime are the 12th and 13th.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
+        seconds[name.trimmingCharacters(in: .newlines), default: 0] += (user + system) / ticks
+    }
+    return seconds
 }
 
 /// The collector's ingest: 4 plain keep-alive clients at once (Python's http.client, each its

@@ -37,8 +37,11 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
         self.startPages = Int32(clamping: startPages)
         backstopPages = Int32(clamping: startPages * 4)
         // The thread holds the checkpointer until `stop()`.
-        let thread = Thread { self.passes() }
-        thread.name = "store-checkpoint"
+        let thread = Thread {
+            // Named from inside: Foundation gives a thread its name only then.
+            Thread.current.name = "wal-checkpoint"
+            self.passes()
+        }
         self.thread = thread
         thread.start()
     }
