@@ -31,7 +31,7 @@ final class BackgroundCheckpointer: @unchecked Sendable {  // state under `condi
 
     init(path: String, startPages: Int) throws {
         connection = try SQLiteConnection(path: path)
-        database = open(path, O_RDONLY | O_CLOEXEC)
+        database = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         // The checkpoint's fsyncs are the checkpointing connection's to make.
         try connection.execute("PRAGMA synchronous = NORMAL")
         self.startPages = Int32(clamping: startPages)
