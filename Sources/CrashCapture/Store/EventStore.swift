@@ -65,13 +65,15 @@ package final class EventStore: @unchecked Sendable {
     /// tens of ms for a full store). The SDK passes false and calls `checkIntegrity()` on its
     /// writer queue instead, off the installing thread; damage that shows at open (not a
     /// database, not ours) is always caught here.
-    /// `checkpointPages`: how large the WAL grows (in 4 KiB pages) before the commit that
-    /// crosses it copies it into the database, with two fsyncs; SQLite's default is 1,000.
-    /// `backgroundCheckpoints`: the WAL is copied into the database on a thread of its own
-    /// (see `BackgroundCheckpointer`), for a store with one busy writer such as the collector's.
+    /// `checkpointPages`: how large the WAL grows (in 4 KiB pages) before it is copied into the
+    /// database, with two fsyncs; SQLite's default is 1,000.
+    /// `backgroundCheckpoints`: the WAL is copied into the database beside the writer, on
+    /// libdispatch's threads and a second connection opened at the first round (see
+    /// `BackgroundCheckpointer`); false leaves it to SQLite, in the commit that crosses
+    /// `checkpointPages`.
     package init(
         path: String, limits: Limits = Limits(), verifyNow: Bool = true, checkpointPages: Int = 1000,
-        backgroundCheckpoints: Bool = false
+        backgroundCheckpoints: Bool = true
     ) throws {
         guard limits.maximumEvents > 0, limits.maximumBytes > 0 else {
             throw CrashCaptureError.invalidArgument("event store limits must be positive")
@@ -136,7 +138,7 @@ package final class EventStore: @unchecked Sendable {
         try connection.execute("PRAGMA journal_size_limit = \(max(16 << 20, checkpointPages * 4096 * 2))")
         if backgroundCheckpoints {
             checkpointer?.stop()
-            let checkpointer = try BackgroundCheckpointer(path: path, startPages: checkpointPages)
+            let checkpointer = BackgroundCheckpointer(path: path, startPages: checkpointPages)
             checkpointer.attach(to: connection)
             self.checkpointer = checkpointer
         }
