@@ -464,11 +464,12 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
     collector.stop()
 }
 
-/// The collector's ingest under wrk, the HTTP load generator: 4 keep-alive connections, each
-/// POSTing ready-made batches of 50 gzip'd events of about 700 bytes (the Python clients'
-/// shape below), every batch with ids of its own, for `seconds`. `collector`: another build's
+/// The collector's ingest under wrk, the HTTP load generator: `connections` keep-alive
+/// connections (4 unless `--connections N`), each POSTing ready-made batches of 50 gzip'd
+/// events of about 700 bytes (the Python clients' shape below), every batch with ids of its
+/// own, for `seconds`. `collector`: another build's
 /// `crashcap` to run instead of this one's collector (`--collector PATH`), to compare the two.
-func ingestUnderWrk(seconds: Int, collector other: String?) throws {
+func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?) throws {
     let directory = temporaryDirectory()
     let url: String
     let storedCount: () throws -> Int
@@ -500,9 +501,9 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
         stop = { collector.stop() }
     }
     // Enough bodies that none is sent twice at 400,000 events/s.
-    let perConnection = max(1000, seconds * 400_000 / 4 / 50)
+    let perConnection = max(1000, seconds * 400_000 / connections / 50)
     let pad = String(repeating: "p", count: 600)
-    DispatchQueue.concurrentPerform(iterations: 4) { connection in
+    DispatchQueue.concurrentPerform(iterations: connections) { connection in
         var lines: [UInt8] = []
         for batch in 0..<perConnection {
             let events = (0..<50).map {
@@ -519,7 +520,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
     let report = try ChildProcess.run(
         path: "/usr/bin/env",
         arguments: [
-            "wrk", "-t4", "-c4", "-d\(seconds)s", "--latency", "-s", script, url, "--",
+            "wrk", "-t\(connections)", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url, "--",
             directory + "/bodies",
         ],
         environment: ProcessInfo.processInfo.environment, timeout: Double(seconds + 120))
@@ -544,7 +545,7 @@ func ingestUnderWrk(seconds: Int, collector other: String?) throws {
         let used = cpuAfter.filter { include($0.key) }.reduce(0.0) { $0 + $1.value - (cpuBefore[$1.key] ?? 0) }
         return format(used / Double(max(1, stored)) * 1e6, 2)
     }
-    print("## Ingest under wrk: 4 connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
+    print("## Ingest under wrk: \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
     print(
         "| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / SQLite / the rest (checkpoints) |"
     )
@@ -1016,14 +1017,16 @@ case "decode":
     }
 case "ingest":
     let other = arguments.firstIndex(of: "--collector").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
-    try ingestUnderWrk(seconds: option("--seconds", default: 3), collector: other)
+    try ingestUnderWrk(
+        seconds: option("--seconds", default: 3), connections: max(1, option("--connections", default: 4)),
+        collector: other)
     if other != nil { break }
     try ingestBenchmark(batches: option("--batches", default: 500))
     print("")
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--batches N] [--collector PATH]\n"
+        "usage: crashcap-bench crash [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
             .data(using: .utf8)!)
     exit(64)
 }
