@@ -11,19 +11,11 @@
 # the handler's own work alone).
 set -eu
 here="$(cd "$(dirname "$0")/.." && pwd)"
-other="$1"
+. "$here/Benchmarks/compare_setup.sh"
 crashes="${2:-60}"
-parent="${3:-/tmp}"
 kind="${4:-deep-stack-64}"
-this_sample="$here/.build/release/crash-sample-c"
-other_sample="$other/.build/release/crash-sample-c"
 crashcap="$here/.build/release/crashcap"
-for program in "$this_sample" "$other_sample" "$crashcap"; do
-    [ -x "$program" ] || { echo "missing $program (build it in release first)" >&2; exit 1; }
-done
-this_dir="$(mktemp -d "$parent/compare-this.XXXXXX")"
-other_dir="$(mktemp -d "$parent/compare-other.XXXXXX")"
-trap 'rm -rf "$this_dir" "$other_dir"' EXIT
+compare_setup "$1" "${3:-/tmp}" compare "$crashcap"
 ulimit -c 0
 i=0
 while [ "$i" -lt "$crashes" ]; do

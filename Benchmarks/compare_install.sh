@@ -8,16 +8,9 @@
 # OTHER_CHECKOUT holds a release crash-sample-c, as for Benchmarks/compare_handler.sh.
 set -eu
 here="$(cd "$(dirname "$0")/.." && pwd)"
-other="$1"
+. "$here/Benchmarks/compare_setup.sh"
 installs="${2:-30}"
-this_sample="$here/.build/release/crash-sample-c"
-other_sample="$other/.build/release/crash-sample-c"
-for program in "$this_sample" "$other_sample"; do
-    [ -x "$program" ] || { echo "missing $program (build it in release first)" >&2; exit 1; }
-done
-this_dir="$(mktemp -d /tmp/compare-install-this.XXXXXX)"
-other_dir="$(mktemp -d /tmp/compare-install-other.XXXXXX)"
-trap 'rm -rf "$this_dir" "$other_dir"' EXIT
+compare_setup "$1" /tmp compare-install
 i=0
 while [ "$i" -lt "$installs" ]; do
     CRASHCAPTURE_DIR="$this_dir" "$this_sample" measure-install >> "$this_dir.json"
