@@ -176,6 +176,8 @@ size_t cc_frame_record(char *out, size_t cap, uint32_t type, const char *payload
 int cc_write_all(int fd, const void *data, size_t n);
 // Whether fd still holds the file it was opened on (device and inode as recorded then).
 bool cc_holds_file(int fd, dev_t dev, ino_t ino);
+// Notes the device and inode fd holds, for cc_holds_file at a crash; false if fstat fails.
+bool cc_note_file(int fd, dev_t *dev, ino_t *ino);
 int64_t cc_monotonic_ns(void);
 int64_t cc_wall_ms(void);
 bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char *hex_out, size_t hex_cap);

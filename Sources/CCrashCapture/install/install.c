@@ -284,8 +284,6 @@ static int cc_build_static_json(const crashcapture_config *config) {
 #define CC_STRINGIFY2(x) #x
 #define CC_STRINGIFY(x) CC_STRINGIFY2(x)
 
-// RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where libstdc++ and the
-// Swift runtime would otherwise bind to them instead of libgcc_s.
 // libunwind makes its pipe (pipe2) in its first step, on the two lowest free descriptors: the
 // two found free just before, if they now hold one pipe, are kept to be checked at a crash.
 static void cc_note_libunwind_pipe(int lowest, int next) {
@@ -299,6 +297,8 @@ static void cc_note_libunwind_pipe(int lowest, int next) {
     cc_global.unwinder_pipe_ino = a.st_ino;
 }
 
+// RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where libstdc++ and the
+// Swift runtime would otherwise bind to them instead of libgcc_s.
 static void cc_load_libunwind(void) {
     if (cc_global.unw_init_local2 != NULL) return;
     // An escape hatch, and how the frame-pointer fallback is tested: stacks as without libunwind.
@@ -564,11 +564,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
     cc_global.dir_fd = dir_fd;
-    struct stat dir_status;
-    if (fstat(dir_fd, &dir_status) == 0) {
-        cc_global.dir_dev = dir_status.st_dev;
-        cc_global.dir_ino = dir_status.st_ino;
-    }
+    cc_note_file(dir_fd, &cc_global.dir_dev, &cc_global.dir_ino);
     cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
     cc_global.crash_line = !config->no_crash_line;

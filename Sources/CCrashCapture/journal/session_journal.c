@@ -386,11 +386,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
                      (_Atomic uint64_t *)(mapped + CCF_SESSION_AT_RESERVED));
     atomic_store(&cc_session.detached, false);
     cc_global.session_crash_offset = header_size + ring_in_file;
-    struct stat status;
-    if (fstat(fd, &status) == 0) {
-        cc_global.session_dev = status.st_dev;
-        cc_global.session_ino = status.st_ino;
-    }
+    cc_note_file(fd, &cc_global.session_dev, &cc_global.session_ino);
     atomic_store(&cc_global.session_fd, fd);
     return 0;
 }

@@ -995,6 +995,14 @@ bool cc_holds_file(int fd, dev_t dev, ino_t ino) {
     return fd >= 0 && fstat(fd, &status) == 0 && status.st_dev == dev && status.st_ino == ino;
 }
 
+bool cc_note_file(int fd, dev_t *dev, ino_t *ino) {
+    struct stat status;
+    if (fd < 0 || fstat(fd, &status) != 0) return false;
+    *dev = status.st_dev;
+    *ino = status.st_ino;
+    return true;
+}
+
 // The capture directory opened again by its path, made again first if `make` (removed since
 // install): for a descriptor the program reused, or a directory that is gone. -1 if neither.
 static int cc_reopen_directory(bool make) {

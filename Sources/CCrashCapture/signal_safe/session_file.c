@@ -155,11 +155,8 @@ int cc_open_session_file(bool named, const char **step) {
             err = cc_write_all(fd, cc_zeros, n) != 0 ? errno : 0;
         }
     }
-    struct stat status;
-    if (err == 0 && fstat(fd, &status) != 0) err = errno;
+    if (err == 0 && !cc_note_file(fd, &cc_global.file_dev, &cc_global.file_ino)) err = errno;
     if (err == 0) {
-        cc_global.file_dev = status.st_dev;
-        cc_global.file_ino = status.st_ino;
         cc_global.record_offset = cc_global.session_record_len;
         cc_global.fd = fd;
         atomic_store(&cc_global.session_ended, 0);
