@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -85,14 +84,13 @@ void cc_process_state_keep_files(void) {
         int fd = path[0] != '\0' ? openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
         cc_global.reserved_is_state[slot] = fd >= 0;
         if (fd < 0) fd = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
-        struct stat status;
-        if (fd >= 0 && fstat(fd, &status) != 0) {
+        cc_global.reserved_dev[slot] = 0;
+        cc_global.reserved_ino[slot] = 0;
+        if (fd >= 0 && !cc_note_file(fd, &cc_global.reserved_dev[slot], &cc_global.reserved_ino[slot])) {
             close(fd);
             fd = -1;
         }
         cc_global.reserved_fds[slot] = fd;
-        cc_global.reserved_dev[slot] = fd >= 0 ? status.st_dev : 0;
-        cc_global.reserved_ino[slot] = fd >= 0 ? status.st_ino : 0;
     }
 }
 
