@@ -14,11 +14,17 @@ package enum WireFormat {
         return hash
     }
 
-    /// The same over ASCII text (base64), where each byte is one UTF-16 unit.
-    package static func javaHashCode(ascii bytes: some Sequence<UInt8>) -> Int32 {
+    /// The same over ASCII text (base64), where each byte is one UTF-16 unit. Over a buffer,
+    /// not any sequence: a generic function is not specialized for the collector's module,
+    /// where stepping through a sequence's iterator was a sixth of the event loop's time.
+    package static func javaHashCode(ascii bytes: UnsafeRawBufferPointer) -> Int32 {
         var hash: Int32 = 0
         for byte in bytes { hash = hash &* 31 &+ Int32(byte) }
         return hash
+    }
+
+    package static func javaHashCode(ascii bytes: [UInt8]) -> Int32 {
+        bytes.withUnsafeBytes { javaHashCode(ascii: $0) }
     }
 
     /// The request body for a batch of event JSON objects, in order. `member` (`"key":value`),
