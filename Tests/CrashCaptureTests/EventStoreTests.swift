@@ -92,6 +92,58 @@ import Testing
         #expect(try store.claimBatch(limit: 50)?.events.first?.eventID == "e100")
     }
 
+    /// Delivered batches leave the counts in the commit that acknowledges them and the table
+    /// in bulk later: a process that dies in between sends none of them again.
+    @Test func deliveredRowsLeaveInBulkAndAreNeverSentAgain() throws {
+        let path = storePath()
+        func rowsInTable() throws -> String {
+            try run("/usr/bin/env", ["sqlite3", path, "SELECT COUNT(*) FROM events"]).stdout
+                .trimmingCharacters(in: .newlines)
+        }
+        do {
+            let store = try EventStore(path: path)
+            try store.insert(events(0..<120))
+            var batch = try store.completeAndClaim(nil, limit: 10)
+            for _ in 0..<6 { batch = try store.completeAndClaim(try #require(batch), limit: 10) }
+            #expect(batch?.events.first?.eventID == "e60")
+            #expect(store.count == 60)
+            #expect(try store.events(limit: 1000).first?.eventID == "e60")
+            #expect(try rowsInTable() == "120", "delivered rows wait for a bulk delete")
+            // The process dies here, batch e60...e69 on the wire.
+        }
+        let reopened = try EventStore(path: path)
+        #expect(reopened.count == 60)
+        #expect(try rowsInTable() == "60", "opening deletes the delivered rows")
+        let first = try #require(try reopened.claimBatch(limit: 10))
+        #expect(first.events.map(\.eventID) == (60..<70).map { "e\($0)" })
+
+        // Completed out of order, a batch's rows go at once; the older one then moves the mark.
+        let second = try #require(try reopened.claimBatch(limit: 10))
+        try reopened.complete(second)
+        #expect(
+            try reopened.events(limit: 1000).map(\.eventID) == (60..<70).map { "e\($0)" } + (80..<120).map { "e\($0)" })
+        var batch: EventStore.Batch? = first
+        while let claimed = batch { batch = try reopened.completeAndClaim(claimed, limit: 10) }
+        #expect(reopened.count == 0)
+        #expect(try rowsInTable() == "0", "a queue run dry leaves no delivered row behind")
+
+        // With the table empty, new rows may take sequence numbers the mark once covered.
+        try reopened.insert(events(0..<5, prefix: "n"))
+        #expect(try reopened.claimBatch(limit: 10)?.events.map(\.eventID) == (0..<5).map { "n\($0)" })
+    }
+
+    /// Past `purgeRows` delivered rows, they are deleted even while the queue is still long.
+    @Test func deliveredRowsAreDeletedEveryPurgeRows() throws {
+        let path = storePath()
+        let store = try EventStore(path: path)
+        try store.insert(events(0..<(EventStore.purgeRows + 200)))
+        var batch = try store.completeAndClaim(nil, limit: 50)
+        for _ in 0..<(EventStore.purgeRows / 50) { batch = try store.completeAndClaim(try #require(batch), limit: 50) }
+        let rows = try run("/usr/bin/env", ["sqlite3", path, "SELECT COUNT(*), MIN(event_id) FROM events"]).stdout
+        #expect(rows.trimmingCharacters(in: .newlines) == "200|e\(EventStore.purgeRows)")
+        #expect(store.count == 200)
+    }
+
     @Test func aReleasedBatchComesBackInPlaceAroundBatchesStillInFlight() throws {
         let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 130, maximumBytes: 1 << 20))
         try store.insert(events(0..<120))
