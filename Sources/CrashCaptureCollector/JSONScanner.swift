@@ -35,16 +35,18 @@ struct JSONScanner {
 
     /// The records of a batch (a JSON array of objects) or, with `single`, of one object.
     static func events(in bytes: [UInt8], single: Bool = false) throws -> [Event] {
-        try bytes.withUnsafeBufferPointer { buffer in
-            if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
-            var scanner = JSONScanner(buffer)
-            guard single else { return try scanner.array() }
-            scanner.skipSpace()
-            let event = try scanner.event()
-            scanner.skipSpace()
-            guard scanner.index == buffer.count else { throw scanner.fail("data after the object") }
-            return [event]
-        }
+        try bytes.withUnsafeBufferPointer { try events(in: $0, single: single) }
+    }
+
+    static func events(in buffer: UnsafeBufferPointer<UInt8>, single: Bool = false) throws -> [Event] {
+        if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
+        var scanner = JSONScanner(buffer)
+        guard single else { return try scanner.array() }
+        scanner.skipSpace()
+        let event = try scanner.event()
+        scanner.skipSpace()
+        guard scanner.index == buffer.count else { throw scanner.fail("data after the object") }
+        return [event]
     }
 
     /// JSON text is UTF-8 (RFC 8259): no stray continuation bytes, overlong forms, surrogates or

@@ -27,29 +27,35 @@ extension WireFormat {
     /// can be wrong is an error.
     package static func decodeEvents(body: Data, maximumInflated: Int = 64 << 20) throws -> [(id: String, text: String)]
     {
-        let (bytes, events) = try scan(body: body, maximumInflated: maximumInflated)
-        return try events.enumerated().map { index, event in
-            guard let type = event.type else { throw CrashCaptureError.corrupt("record \(index) has no type") }
-            guard recordTypes.contains(type) else {
-                throw CrashCaptureError.corrupt("record \(index) has an unknown type \"\(type)\"")
-            }
-            if type.hasPrefix("track"), type != "track_id_bind", type != "track_id_unbind", !event.hasEventName {
-                throw CrashCaptureError.corrupt("record \(index) (\(type)) has no event name")
-            }
-            if !type.hasSuffix("_delete"), !event.hasProperties {
-                throw CrashCaptureError.corrupt("record \(index) (\(type)) lacks properties")
-            }
-            // Validated by the scanner already; from a buffer, String takes its fast path.
-            let text = bytes[event.text].withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
-            if let id = event.eventID, !id.isEmpty { return (id, text) }
-            if let track = event.trackID {
-                return ("sa-track:\(track):\(event.distinctID ?? ""):\(event.time ?? "")", text)
-            }
-            return ("sa-content:" + fnv1a(bytes[event.text]), text)
+        try scan(body: body, maximumInflated: maximumInflated) { bytes, events in
+            try events.enumerated().map { index, event in try stored(event, index: index, in: bytes) }
         }
     }
 
-    static func fnv1a(_ bytes: ArraySlice<UInt8>) -> String {
+    private static func stored(_ event: JSONScanner.Event, index: Int, in bytes: UnsafeBufferPointer<UInt8>) throws
+        -> (id: String, text: String)
+    {
+        guard let type = event.type else { throw CrashCaptureError.corrupt("record \(index) has no type") }
+        guard recordTypes.contains(type) else {
+            throw CrashCaptureError.corrupt("record \(index) has an unknown type \"\(type)\"")
+        }
+        if type.hasPrefix("track"), type != "track_id_bind", type != "track_id_unbind", !event.hasEventName {
+            throw CrashCaptureError.corrupt("record \(index) (\(type)) has no event name")
+        }
+        if !type.hasSuffix("_delete"), !event.hasProperties {
+            throw CrashCaptureError.corrupt("record \(index) (\(type)) lacks properties")
+        }
+        // Validated by the scanner already; from a buffer, String takes its fast path.
+        let record = UnsafeBufferPointer(rebasing: bytes[event.text])
+        let text = String(decoding: record, as: UTF8.self)
+        if let id = event.eventID, !id.isEmpty { return (id, text) }
+        if let track = event.trackID {
+            return ("sa-track:\(track):\(event.distinctID ?? ""):\(event.time ?? "")", text)
+        }
+        return ("sa-content:" + fnv1a(record), text)
+    }
+
+    static func fnv1a(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in bytes {
             hash ^= UInt64(byte)
@@ -63,25 +69,35 @@ extension WireFormat {
     package static func decodeWithText(body: Data, maximumInflated: Int = 64 << 20) throws -> [(
         object: [String: Any], text: String
     )] {
-        let (bytes, events) = try scan(body: body, maximumInflated: maximumInflated)
-        return try events.enumerated().map { index, event in
-            let text = Data(bytes[event.text])
-            guard let object = try JSONSerialization.jsonObject(with: text) as? [String: Any] else {
-                throw CrashCaptureError.corrupt("element \(index) is not an object")
+        try scan(body: body, maximumInflated: maximumInflated) { bytes, events in
+            try events.enumerated().map { index, event in
+                let text = Data(UnsafeBufferPointer(rebasing: bytes[event.text]))
+                guard let object = try JSONSerialization.jsonObject(with: text) as? [String: Any] else {
+                    throw CrashCaptureError.corrupt("element \(index) is not an object")
+                }
+                return (object, String(decoding: text, as: UTF8.self))
             }
-            return (object, String(decoding: text, as: UTF8.self))
         }
     }
 
-    /// The batch validated by the scanner: the JSON bytes and where each event is in them.
-    private static func scan(body: Data, maximumInflated: Int) throws -> ([UInt8], [JSONScanner.Event]) {
-        let (bytes, single) = try jsonPayload(body: body, maximumInflated: maximumInflated)
-        do {
-            return (bytes, try JSONScanner.events(in: bytes, single: single))
-        } catch let failure as JSONScanner.Failure {
-            throw CrashCaptureError.corrupt(
-                single
-                    ? "data is not a JSON object: \(failure)" : "data_list is not a JSON array of objects: \(failure)")
+    /// The batch validated by the scanner: `use` gets the JSON bytes, where they are, and
+    /// where each event is in them.
+    private static func scan<T>(
+        body: Data, maximumInflated: Int, _ use: (UnsafeBufferPointer<UInt8>, [JSONScanner.Event]) throws -> T
+    ) throws -> T {
+        let (payload, single) = try jsonPayload(body: body, maximumInflated: maximumInflated)
+        return try payload.withUnsafeBytes { raw in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            let events: [JSONScanner.Event]
+            do {
+                events = try JSONScanner.events(in: bytes, single: single)
+            } catch let failure as JSONScanner.Failure {
+                throw CrashCaptureError.corrupt(
+                    single
+                        ? "data is not a JSON object: \(failure)"
+                        : "data_list is not a JSON array of objects: \(failure)")
+            }
+            return try use(bytes, events)
         }
     }
 
@@ -110,7 +126,7 @@ extension WireFormat {
     /// record (`data`, the Sensors SDKs' single-record form and the web SDK's beacon) or a
     /// batch (`data_list`). `crc` (the Java hash of the field) is checked when present; `gzip`
     /// is 1, 0 or absent (0); a field that is not base64 but JSON text is taken as it is.
-    package static func jsonPayload(body: Data, maximumInflated: Int) throws -> (json: [UInt8], single: Bool) {
+    package static func jsonPayload(body: Data, maximumInflated: Int) throws -> (json: Data, single: Bool) {
         var fields = try formFields([UInt8](body))
         // The web SDK's beacon carries its checksum inside `ext` ("crc=123").
         if fields["crc"] == nil, let ext = fields["ext"], let inner = try? formFields(ext), let crc = inner["crc"] {
@@ -133,7 +149,6 @@ extension WireFormat {
         let gzip = fields["gzip"].map { String(decoding: $0, as: UTF8.self) } ?? "0"
         let packed: Data
         if let first = value.first(where: { $0 != 0x20 }), first == UInt8(ascii: "{") || first == UInt8(ascii: "[") {
-            if gzip == "0" || gzip.isEmpty { return (value, single) }
             packed = Data(value)
         } else {
             // A client that left base64's '+' unescaped sent what form decoding made a space;
@@ -148,7 +163,7 @@ extension WireFormat {
         }
         switch gzip {
         case "1": return (try gunzip(packed, maximumBytes: maximumInflated), single)
-        case "0", "": return ([UInt8](packed), single)
+        case "0", "": return (packed, single)
         case "9":
             // The iOS SDK's encryption option: the payload is sealed with the server's key.
             throw CrashCaptureError.corrupt(
@@ -188,15 +203,15 @@ extension WireFormat {
     }
 
     /// Inflates a gzip stream, refusing to grow past `maximumBytes` (a small body cannot
-    /// make us allocate without bound). Through an uninitialised staging buffer (temporary),
-    /// appended to an array reserved for about ten times the input (what upload batches
-    /// inflate to): no 64 KiB to clear for every batch, and no second copy into an array.
-    package static func gunzip(_ data: Data, maximumBytes: Int) throws -> [UInt8] {
+    /// make us allocate without bound). Through an uninitialised staging buffer into `Data`,
+    /// reserved for about ten times the input (what upload batches inflate to): no 64 KiB to
+    /// clear for every batch, and growth by `realloc`, which for large sizes moves pages
+    /// rather than copying them, so a bomb holds the limit and not twice it.
+    package static func gunzip(_ data: Data, maximumBytes: Int) throws -> Data {
         var stream = z_stream()
         guard czlib_inflate_init_gzip(&stream) == Z_OK else { throw CrashCaptureError.corrupt("inflateInit failed") }
         defer { inflateEnd(&stream) }
-        var output: [UInt8] = []
-        output.reserveCapacity(min(maximumBytes, data.count * 12))
+        var output = Data(capacity: min(maximumBytes, data.count * 12))
         try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64 << 10) { chunk in
             try data.withUnsafeBytes { (input: UnsafeRawBufferPointer) in
                 stream.next_in = UnsafeMutablePointer(
@@ -207,10 +222,10 @@ extension WireFormat {
                     stream.avail_out = uInt(chunk.count)
                     let status = inflate(&stream, Z_NO_FLUSH)
                     let produced = chunk.count - Int(stream.avail_out)
-                    output.append(contentsOf: UnsafeBufferPointer(rebasing: chunk[0..<produced]))
-                    if output.count > maximumBytes {
+                    if output.count + produced > maximumBytes {
                         throw CrashCaptureError.corrupt("inflated data exceeds \(maximumBytes) bytes")
                     }
+                    output.append(chunk.baseAddress!, count: produced)
                     if status == Z_STREAM_END { return }
                     if status != Z_OK {
                         throw CrashCaptureError.corrupt("data_list is not valid gzip (zlib status \(status))")

@@ -96,8 +96,15 @@ import Testing
                 """, "\(out)")
     }
 
+    /// And it is refused while inflating, holding no more than the limit (64 MiB) of it.
     @Test func aGzipBombIsTooLargeNotMalformed() throws {
         let collector = try CollectorProcess()
+        func peakKiB() throws -> Int {
+            let status = try String(contentsOfFile: "/proc/\(collector.child.pid)/status", encoding: .utf8)
+            let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") })
+            return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
+        }
+        let before = try peakKiB()
         let out = try raw(
             collector,
             """
@@ -111,6 +118,8 @@ import Testing
             print(len(bomb) < 200000, ask(b"POST /sa HTTP/1.1\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body), time.time() - start < 5)
             """)
         #expect(out == "True HTTP/1.1 413 Payload Too Large True\n", "\(out)")
+        let grown = try peakKiB() - before
+        #expect(grown < (64 + 8) << 10, "the collector's peak grew by \(grown) KiB for one bomb")
     }
 
     @Test func overTheConnectionCapAClientIsToldToRetry() throws {
