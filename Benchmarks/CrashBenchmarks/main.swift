@@ -419,6 +419,8 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
     let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
     let uploadStore = try EventStore(path: directory + "/upload.sqlite")
     try uploadStore.insert(uploadPayloads)
+    // The track() run's and this insert's writes reach the disk first, not during the upload.
+    sync()
     let pending = uploadStore.count
     var splitLine = ""
     let uploader = try Uploader(endpoint: URL(string: collector.url)!, store: uploadStore, options: UploadOptions())
