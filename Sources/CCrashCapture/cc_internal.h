@@ -208,6 +208,7 @@ typedef struct cc_thread_slot {
     char run_state;   // from /proc/self/task/<tid>/stat: R, S, D, T, ...
     const char *why;  // when not captured
     bool unwind_faulted;
+    bool unwound;
     volatile size_t frame_count;
     ucontext_t context;
     uintptr_t frames[CC_THREAD_FRAMES];
@@ -215,7 +216,10 @@ typedef struct cc_thread_slot {
 void cc_thread_capture_handler(int signo, siginfo_t *info, void *context);
 void cc_threads_note_waiting_crasher(pid_t tid);
 bool cc_thread_crashed_too(pid_t tid);
-int cc_threads_capture(pid_t crashing, int64_t deadline_ns);
+int cc_threads_ask(pid_t crashing, int64_t deadline_ns);
+// Waits for the answers until the deadline given to cc_threads_ask, calling `meanwhile` before
+// each wait (it returns whether it did anything; if so, the answers are counted again first).
+void cc_threads_await(bool (*meanwhile)(void));
 int cc_threads_total_count(void);
 cc_thread_slot *cc_thread_slot_at(int index);
 bool cc_thread_captured(const cc_thread_slot *slot);

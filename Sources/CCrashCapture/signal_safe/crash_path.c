@@ -338,7 +338,7 @@ static _Atomic pid_t cc_reporting_tid;
 static _Atomic int cc_report_written;
 static _Atomic int cc_report_named;  // 1: linked in the directory; 2: kept in the session file; 3: noted in its header
 static int64_t cc_other_threads_ns;  // listing, asking, waiting for and unwinding the other threads
-static int64_t cc_threads_asked_ns;  // of which listing, asking and waiting for them
+static int64_t cc_threads_asked_ns;  // of which listing and asking them (they answer while this thread works)
 // Where the rest of the handler's own work goes, for the timing record: reading the kept
 // process-state files, unwinding the crashing thread, building the two events.
 static int64_t cc_kept_files_ns, cc_unwind_ns, cc_events_ns;
@@ -492,12 +492,16 @@ static void cc_walk_stack(ucontext_t *uc) {
     cc_walk(uc, cc_frames, CC_MAX_FRAMES, &cc_frame_count, &cc_used_libunwind);
 }
 
-// The other threads, each from the context it saved, each under a guard of its own: a
-// corrupt stack costs that thread's frames only.
-static void cc_unwind_other_threads(void) {
+// The other threads that have answered and are not unwound yet, each from the context it
+// saved, each under a guard of its own: a corrupt stack costs that thread's frames only.
+// Called while the rest are still answering, and once more after. Whether it unwound any.
+static bool cc_unwind_other_threads(void) {
+    volatile bool unwound_any = false;
     for (volatile int i = 0; cc_thread_slot_at(i) != NULL; i++) {
         cc_thread_slot *slot = cc_thread_slot_at(i);
-        if (!cc_thread_captured(slot)) continue;
+        if (slot->unwound || !cc_thread_captured(slot)) continue;
+        slot->unwound = true;
+        unwound_any = true;
         volatile int used_libunwind = 0;
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;
@@ -508,6 +512,7 @@ static void cc_unwind_other_threads(void) {
             slot->unwind_faulted = true;
         }
     }
+    return unwound_any;
 }
 
 // Index of the module holding pc in the combined list (install-time map, then late ones).
@@ -607,6 +612,7 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
             case CC_STAGE_TEXTS: cc_gather_texts(); break;
             case CC_STAGE_THREADS: {
                 int64_t start = cc_monotonic_ns();
+                cc_threads_await(cc_unwind_other_threads);
                 cc_unwind_other_threads();
                 cc_other_threads_ns += cc_monotonic_ns() - start;
                 break;
@@ -1190,9 +1196,10 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         .time_ms = cc_wall_ms(),
         .entry_ns = entry_ns,
     };
-    // The other threads first, so the report shows them as they were when the crash came.
+    // The other threads are asked first, so the report shows them as they were when the crash
+    // came; they answer while this thread unwinds itself (the stages before CC_STAGE_THREADS).
     int64_t asked = cc_monotonic_ns();
-    cc_threads_capture(c.tid, asked + CC_THREAD_ANSWER_NS);
+    cc_threads_ask(c.tid, asked + CC_THREAD_ANSWER_NS);
     cc_other_threads_ns = cc_threads_asked_ns = cc_monotonic_ns() - asked;
     c.faulted_stages = cc_run_stages(uc, c.map);
 

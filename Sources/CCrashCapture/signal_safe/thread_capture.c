@@ -28,7 +28,9 @@ static int cc_slot_count;
 static int cc_threads_total;      // every thread /proc/self/task listed, the crashing one included
 static _Atomic int cc_capture_open;  // the capture handler answers only while this is set
 static _Atomic uint32_t cc_release_word;  // futex word: 1 once the captured threads may go on
-static _Atomic uint32_t cc_answer_word;  // futex word: counts the answers, each one wakes the asker
+static _Atomic uint32_t cc_answer_word;  // futex word: counts the answers; the last one wakes the asker
+static _Atomic uint32_t cc_asked_count;  // the threads a signal reached (UINT32_MAX while still asking)
+static int64_t cc_answer_deadline_ns;
 static int cc_task_dir = -1;  // /proc/self/task while the threads are described
 
 #define CC_WAITING_CRASHERS 64
@@ -71,8 +73,10 @@ void cc_thread_capture_handler(int signo, siginfo_t *info, void *context) {
         int asked = CC_SLOT_ASKED;
         // Too late (the reporter gave up on us): go on at once.
         if (!atomic_compare_exchange_strong(&slot->state, &asked, CC_SLOT_CAPTURED)) break;
-        atomic_fetch_add(&cc_answer_word, 1);
-        syscall(SYS_futex, &cc_answer_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        // Only the last answer wakes the asker: on two cores, a wake-up for each answer took
+        // the asker's core from the threads still to answer.
+        if (atomic_fetch_add(&cc_answer_word, 1) + 1 >= atomic_load(&cc_asked_count))
+            syscall(SYS_futex, &cc_answer_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         // Hold still until released: our stack is being unwound. Bounded (30 s) in case the
         // reporting thread never gets there.
         struct timespec tick = {0, 10 * 1000000};
@@ -159,10 +163,12 @@ static const char *cc_why_missed(const cc_thread_slot *slot, int signo) {
     return "did not answer in time";
 }
 
-// Lists the threads (up to CC_MAX_THREADS besides the crashing one; the rest are counted),
-// asks each to save its context, and waits for the answers until `deadline_ns`
-// (CLOCK_MONOTONIC). Returns the number of slots filled.
-int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
+// Lists the threads (up to CC_MAX_THREADS besides the crashing one; the rest are counted)
+// and asks each to save its context; `cc_threads_await` then waits for the answers until
+// `deadline_ns` (CLOCK_MONOTONIC). The crashing thread does its own work in between, while
+// the others answer on the other cores. Returns the number of slots filled.
+int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
+    cc_answer_deadline_ns = deadline_ns;
     cc_slot_count = 0;
     cc_threads_total = 0;
     int signo = cc_global.thread_signal;
@@ -186,6 +192,7 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
             slot->tid = tid;
             slot->frame_count = 0;
             slot->unwind_faulted = false;
+            slot->unwound = false;
             slot->why = NULL;
             atomic_store(&slot->state, CC_SLOT_ASKED);
         }
@@ -203,18 +210,30 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
     }
     atomic_store(&cc_release_word, 0);
     atomic_store(&cc_answer_word, 0);
+    atomic_store(&cc_asked_count, UINT32_MAX);
     atomic_store(&cc_capture_open, 1);
     pid_t pid = getpid();
     // Each thread is described (its state as the crash found it) and then asked at once, so
     // that it wakes and answers on another core while the next one is described.
+    uint32_t reached = 0;
+    for (int i = 0; i < cc_slot_count; i++) cc_describe_thread(dir, &cc_slots[i]);
     for (int i = 0; i < cc_slot_count; i++) {
-        cc_describe_thread(dir, &cc_slots[i]);
         if (syscall(SYS_tgkill, pid, cc_slots[i].tid, signo) != 0) {
             atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
             cc_slots[i].why = "exited";
+        } else {
+            reached++;
         }
     }
-    // Each answer wakes us (a futex, not a sleep: nanosleep's timer slack alone is 50 µs).
+    atomic_store(&cc_asked_count, reached);
+    return cc_slot_count;
+}
+
+void cc_threads_await(bool (*meanwhile)(void)) {
+    if (cc_task_dir < 0) return;
+    int signo = cc_global.thread_signal;
+    int64_t deadline_ns = cc_answer_deadline_ns;
+    // The last answer wakes us (a futex, not a sleep: nanosleep's timer slack alone is 50 µs).
     // The count is read before the slots so that an answer between the two is not slept through.
     for (;;) {
         uint32_t answers = atomic_load(&cc_answer_word);
@@ -222,6 +241,7 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
         for (int i = 0; i < cc_slot_count; i++) pending += atomic_load(&cc_slots[i].state) == CC_SLOT_ASKED;
         int64_t left = deadline_ns - cc_monotonic_ns();
         if (pending == 0 || left <= 0) break;
+        if (meanwhile != NULL && meanwhile()) continue;
         struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
         syscall(SYS_futex, &cc_answer_word, FUTEX_WAIT_PRIVATE, answers, &wait, NULL, 0);
     }
@@ -232,7 +252,6 @@ int cc_threads_capture(pid_t crashing, int64_t deadline_ns) {
     }
     close(cc_task_dir);
     cc_task_dir = -1;
-    return cc_slot_count;
 }
 
 // The start of the listing buffer and the first slots, which every report writes.
