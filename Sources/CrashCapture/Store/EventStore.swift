@@ -741,6 +741,7 @@ package final class EventStore: @unchecked Sendable {
         defer { lock.unlock() }
         try change {
             try acknowledge(batch)
+            // The only batch out was this one: an upload ends here (its queue ran dry, or it stops).
             if acknowledgedRows >= Self.purgeRows || inFlight.count == 1 { try purgeAcknowledged() }
         }
         inFlight[batch.token] = nil
