@@ -34,10 +34,6 @@ struct JSONScanner {
     private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     /// The records of a batch (a JSON array of objects) or, with `single`, of one object.
-    static func events(in bytes: [UInt8], single: Bool = false) throws -> [Event] {
-        try bytes.withUnsafeBufferPointer { try events(in: $0, single: single) }
-    }
-
     static func events(in buffer: UnsafeBufferPointer<UInt8>, single: Bool = false) throws -> [Event] {
         if let bad = firstInvalidUTF8(buffer) { throw Failure(offset: bad, reason: "not UTF-8") }
         var scanner = JSONScanner(buffer)

@@ -252,8 +252,8 @@ package final class EventStore: @unchecked Sendable {
             try connection.execute("PRAGMA synchronous = NORMAL")
             // Debian's SQLite overwrites every deleted row with zeros (SECURE_DELETE), SQLite's
             // own default does not: FAST zeroes what lies in pages written anyway and writes no
-            // page more for it. Uploaded events leave the store a batch at a time, and the pages
-            // they free were each written to the WAL again, zeroed (`crashcap-bench claim`).
+            // page more for it. When uploaded events left the store a batch at a time, the pages
+            // they freed were each written to the WAL again, zeroed (`crashcap-bench claim`).
             try connection.execute("PRAGMA secure_delete = FAST")
             // `seq` is a plain rowid (one past the largest), not AUTOINCREMENT: that keyword costs
             // a write to sqlite_sequence per row, a third of the writer's time (`crashcap-bench
@@ -690,13 +690,7 @@ package final class EventStore: @unchecked Sendable {
 
     /// Takes a batch's rows out of the in-memory counts, then out of the table.
     private func remove(_ batch: Batch) throws {
-        let removed = try statement("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(Self.batchClause)")
-        try bind(batch, to: removed, from: 1)
-        if try removed.step() {
-            eventCount -= Int(removed.int64(0))
-            eventBytes -= Int(removed.int64(1))
-        }
-        removed.reset()
+        _ = try countOut(batch)
         let delete = try statement("DELETE FROM events WHERE \(Self.batchClause)")
         try bind(batch, to: delete, from: 1)
         _ = try delete.step()
@@ -713,15 +707,19 @@ package final class EventStore: @unchecked Sendable {
         let undeliveredBefore = try older.step() && older.int64(0) != 0
         older.reset()
         if undeliveredBefore { return try remove(batch) }
+        acknowledgedRows += try countOut(batch)
+        acknowledgedThrough = range.upperBound
+    }
+
+    /// Takes a batch's rows out of the in-memory counts; how many there were.
+    private func countOut(_ batch: Batch) throws -> Int {
         let counted = try statement("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(Self.batchClause)")
         try bind(batch, to: counted, from: 1)
-        if try counted.step() {
-            eventCount -= Int(counted.int64(0))
-            eventBytes -= Int(counted.int64(1))
-            acknowledgedRows += Int(counted.int64(0))
-        }
-        counted.reset()
-        acknowledgedThrough = range.upperBound
+        defer { counted.reset() }
+        guard try counted.step() else { return 0 }
+        eventCount -= Int(counted.int64(0))
+        eventBytes -= Int(counted.int64(1))
+        return Int(counted.int64(0))
     }
 
     /// Deletes the delivered rows in one statement. The mark goes back to 0: with those rows
