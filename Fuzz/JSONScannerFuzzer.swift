@@ -6,7 +6,7 @@ internal import Foundation
 @_cdecl("LLVMFuzzerTestOneInput")
 public func jsonScannerFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
-    guard let events = try? JSONScanner.events(in: bytes) else { return 0 }
+    guard let events = try? bytes.withUnsafeBufferPointer({ try JSONScanner.events(in: $0) }) else { return 0 }
     guard let parsed = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [Any] else {
         fatalError("scanner accepted what Foundation rejects")
     }
