@@ -62,6 +62,11 @@ package struct SessionFile: Sendable {
         name.hasPrefix(filePrefix) && name.hasSuffix("." + fileExtension)
     }
 
+    /// The name install gives a session file until it is complete (`.session-ID.ccs.tmp`).
+    package static func isInstallTemporaryName(_ name: String) -> Bool {
+        name.hasPrefix("." + filePrefix) && name.hasSuffix("." + fileExtension + ".tmp")
+    }
+
     /// The session id in a session file's name.
     package static func sessionID(fromFileName name: String) -> String? {
         guard isSessionFileName(name) else { return nil }

@@ -156,6 +156,31 @@ import Testing
         #expect(duration >= 0 && duration < 60)
     }
 
+    /// An install killed between making its session file and naming it leaves the file under
+    /// its temporary name, its journal's space reserved. A replay removes it once it is older
+    /// than any install takes, and never while a process holds its lock.
+    @Test func aSessionFileLeftUnnamedByAKilledInstallIsRemovedByReplay() throws {
+        let directory = makeTemporaryDirectory("abandoned-temporary")
+        func temporary(_ id: Character) -> String { ".session-" + String(repeating: id, count: 32) + ".ccs.tmp" }
+        let abandoned = temporary("a"), locked = temporary("b"), recent = temporary("c")
+        for name in [abandoned, locked, recent] {
+            #expect(FileManager.default.createFile(atPath: directory + "/" + name, contents: Data(count: 1 << 20)))
+        }
+        let longAgo = Date().addingTimeInterval(-(SessionRecovery.abandonedTemporaryAge + 60))
+        for name in [abandoned, locked] {
+            try FileManager.default.setAttributes([.modificationDate: longAgo], ofItemAtPath: directory + "/" + name)
+        }
+        let holder = open(directory + "/" + locked, O_RDONLY | O_CLOEXEC)
+        #expect(holder >= 0 && flock(holder, LOCK_SH | LOCK_NB) == 0)
+        defer { close(holder) }
+        let replay = try run(Paths.crashcap, ["replay", directory])
+        #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
+        #expect(!left.contains(abandoned))
+        #expect(left.contains(locked))
+        #expect(left.contains(recent))
+    }
+
     @Test func aReplayKilledMidwayAndRunAgainNeitherLosesNorRepeats() throws {
         let directory = makeTemporaryDirectory("replay-killed")
         let (acked, _, session) = try killStorm(directory, afterMilliseconds: 400)

@@ -59,6 +59,7 @@ package struct SessionRecovery: Sendable {
     package func recoverAll(excluding ownSession: String? = nil, progress: ((Int, Int) -> Void)? = nil) -> Summary {
         var summary = Summary()
         let names = replayer.folder?.names() ?? []
+        removeAbandonedSessionTemporaries(names)
         let sessionNames = names.filter {
             SessionFile.isSessionFileName($0) && SessionFile.sessionID(fromFileName: $0) != ownSession
         }
@@ -351,6 +352,29 @@ package struct SessionRecovery: Sendable {
             return false
         }
         return ticks == session.processStartTicks
+    }
+
+    /// An install makes its session file under a temporary name, which it renames within the
+    /// same millisecond or so: one older than this is an install that was killed in between.
+    package static let abandonedTemporaryAge: Double = 60
+
+    /// Removes the session files that an install killed before naming them left behind, with
+    /// their journal's space still reserved: nothing else ever would. Such a file holds no event
+    /// yet (install names it before `track()` can write into it). One still locked belongs to a
+    /// live install, whatever its age, and is left alone.
+    private func removeAbandonedSessionTemporaries(_ names: [String]) {
+        guard let folder = replayer.folder else { return }
+        let now = Date().timeIntervalSince1970
+        for name in names where SessionFile.isInstallTemporaryName(name) {
+            var info = stat()
+            guard fstatat(folder.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
+                now - Double(info.st_mtim.tv_sec) > Self.abandonedTemporaryAge
+            else { continue }
+            let fd = openat(folder.fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { folder.remove(name) }
+        }
     }
 
     private func moveAside(_ name: String, reason: String) {
