@@ -69,6 +69,35 @@ func temporaryDirectory() -> String {
     return path
 }
 
+/// What making a report durable costs on this disk with no handler at all: `bytes` written over
+/// blocks already on the disk (as install's zeros are, once written back), then fdatasync, each
+/// after 100 ms of work as the crash benchmark's settled runs do. No handler can be faster.
+func flushFloor(directory: String, runs: Int, bytes: Int) throws -> [Double] {
+    let path = directory + "/floor"
+    let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw CrashCaptureError.io("cannot create \(path): \(String(cString: strerror(errno)))") }
+    defer {
+        close(fd)
+        unlink(path)
+    }
+    let page = [UInt8](repeating: 0x5a, count: 65536)
+    guard pwrite(fd, page, page.count, 0) == page.count, fsync(fd) == 0 else {
+        throw CrashCaptureError.io("cannot write \(path): \(String(cString: strerror(errno)))")
+    }
+    sync()
+    var times: [Double] = []
+    for _ in 0..<runs {
+        let workUntil = DispatchTime.now().uptimeNanoseconds + 100_000_000
+        while DispatchTime.now().uptimeNanoseconds < workUntil {}
+        let start = DispatchTime.now().uptimeNanoseconds
+        guard pwrite(fd, page, bytes, 0) == bytes, fdatasync(fd) == 0 else {
+            throw CrashCaptureError.io("cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        times.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6)
+    }
+    return times
+}
+
 func crashBenchmarks(runs: Int) throws {
     // No core files: their cost depends on the machine's core_pattern, not on us.
     var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
@@ -81,6 +110,8 @@ func crashBenchmarks(runs: Int) throws {
     var installs: [Double] = []
     var residentAdded: [Double] = []
     var threadsAdded = Set<Int>()
+    var stepNames: [String] = []
+    var steps: [String: [Double]] = [:]
     let installDirectory = temporaryDirectory()
     for _ in 0..<runs {
         let output = try output(sample, ["measure-install"], ["CRASHCAPTURE_DIR": installDirectory])
@@ -89,6 +120,16 @@ func crashBenchmarks(runs: Int) throws {
         let before = (json["rss_before_kb"] as? NSNumber)?.doubleValue ?? 0
         let after = (json["rss_after_kb"] as? NSNumber)?.doubleValue ?? 0
         residentAdded.append(after - before)
+        // The step names in install's order, as the sample prints them.
+        if let stepsStart = output.range(of: "\"steps_ns\":{") {
+            for member in output[stepsStart.upperBound...].prefix(while: { $0 != "}" }).split(separator: ",") {
+                let pair = member.split(separator: ":")
+                guard pair.count == 2, let nanoseconds = Double(pair[1]) else { continue }
+                let name = pair[0].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+                if steps[name] == nil { stepNames.append(name) }
+                steps[name, default: []].append(nanoseconds / 1000)
+            }
+        }
         threadsAdded.insert(
             ((json["threads_after"] as? NSNumber)?.intValue ?? 0)
                 - ((json["threads_before"] as? NSNumber)?.intValue ?? 0))
@@ -103,6 +144,11 @@ func crashBenchmarks(runs: Int) throws {
         "| resident memory added (KiB, incl. the main thread's alt stack pages touched) | \(format(r.median, 0)) | \(format(r.percentile(0.9), 0)) | \(format(r.percentile(1), 0)) |"
     )
     print("\nthreads created by install: \(threadsAdded.sorted())\n")
+    if !stepNames.isEmpty {
+        print(
+            "install()'s steps (µs, median): "
+                + stepNames.map { "\($0) \(format(Statistics(steps[$0]!).median, 0))" }.joined(separator: ", ") + "\n")
+    }
 
     // 2. Handler time, fault to report durable, as each report records it: crashing right
     // after install (install's own file writes still to be flushed with the report), and once
@@ -164,6 +210,11 @@ func crashBenchmarks(runs: Int) throws {
         print("| \(moment) | " + medians.map { format($0, 0) }.joined(separator: " | ") + " |")
     }
     print("")
+    let floor = Statistics(try flushFloor(directory: temporaryDirectory(), runs: runs, bytes: 8704))
+    print(
+        "The device's floor, the same disk without any handler: 8.5 KiB (a one-thread report) written over "
+            + "blocks already on the disk, then fdatasync, after 100 ms of work: median \(format(floor.median)) ms, "
+            + "p10 \(format(floor.percentile(0.1))), p90 \(format(floor.percentile(0.9)))\n")
 
     // 3. Every thread: the handler with 1, 16, 64 and 256 threads (the others parked in
     // nanosleep), what the other threads took of it, and the crash file's size; right after

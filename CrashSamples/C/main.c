@@ -106,10 +106,12 @@ static int measure_install(const char *directory) {
         fprintf(stderr, "%s\n", crashcapture_last_error());
         return 1;
     }
+    char steps[1024];
+    if (crashcapture_test_install_steps(steps, sizeof(steps)) == 0) strcpy(steps, "{}");
     printf("{\"install_ns\":%lld,\"rss_before_kb\":%ld,\"rss_after_kb\":%ld,\"threads_before\":%ld,"
-           "\"threads_after\":%ld,\"libunwind\":%d}\n",
+           "\"threads_after\":%ld,\"libunwind\":%d,\"steps_ns\":%s}\n",
            (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec), rss_before,
-           rss_after, threads_before, threads_after, crashcapture_has_libunwind());
+           rss_after, threads_before, threads_after, crashcapture_has_libunwind(), steps);
     return 0;
 }
 

@@ -30,6 +30,49 @@ static bool cc_hooks_registered;
 
 static bool cc_valid_distinct_id(const char *id, size_t len);
 
+// How long each step of the last install took, for `crash-sample-c measure-install` and the
+// crash benchmark, which report the install target's figure step by step.
+enum {
+    CC_STEP_CONFIGURATION,
+    CC_STEP_DIRECTORY,
+    CC_STEP_CRASH_PATH,
+    CC_STEP_BOUND,
+    CC_STEP_CRASH_FILE,
+    CC_STEP_SESSION_FILE,
+    CC_STEP_MODULES,
+    CC_STEP_LIBUNWIND_LOAD,
+    CC_STEP_LIBUNWIND_FIRST_STEP,
+    CC_STEP_KEPT_FILES,
+    CC_STEP_RUNTIMES,
+    CC_STEP_SIGNALS,
+    CC_STEP_COUNT
+};
+static const char *const cc_step_names[CC_STEP_COUNT] = {
+    "configuration", "directory", "crash_path", "bound", "crash_file", "session_file",
+    "modules", "libunwind_load", "libunwind_first_step", "kept_files", "runtimes", "signals"};
+static int64_t cc_step_ns[CC_STEP_COUNT];
+static int64_t cc_step_started_ns;
+
+static void cc_step_done(int step) {
+    int64_t now = cc_monotonic_ns();
+    cc_step_ns[step] = now - cc_step_started_ns;
+    cc_step_started_ns = now;
+}
+
+size_t crashcapture_test_install_steps(char *out, size_t capacity) {
+    cc_buf b = {out, 0, capacity > 0 ? capacity - 1 : 0, false};
+    cc_buf_append_str(&b, "{");
+    for (int i = 0; i < CC_STEP_COUNT; i++) {
+        cc_buf_append_str(&b, i > 0 ? ",\"" : "\"");
+        cc_buf_append_str(&b, cc_step_names[i]);
+        cc_buf_append_str(&b, "\":");
+        cc_buf_append_i64(&b, cc_step_ns[i]);
+    }
+    cc_buf_append_str(&b, "}");
+    if (capacity > 0) out[b.overflow ? 0 : b.len] = '\0';
+    return b.overflow ? 0 : b.len;
+}
+
 static int cc_fail(const char *format, ...) {
     va_list args;
     va_start(args, format);
@@ -309,6 +352,7 @@ static void cc_load_libunwind(void) {
     cc_unw_init_local2_fn init = (cc_unw_init_local2_fn)dlsym(handle, CC_STRINGIFY(unw_init_local2));
     cc_unw_step_fn step = (cc_unw_step_fn)dlsym(handle, CC_STRINGIFY(unw_step));
     cc_unw_get_reg_fn get_reg = (cc_unw_get_reg_fn)dlsym(handle, CC_STRINGIFY(unw_get_reg));
+    cc_step_done(CC_STEP_LIBUNWIND_LOAD);
     if (init == NULL || step == NULL || get_reg == NULL) return;
     cc_global.unw_step = step;
     cc_global.unw_get_reg = get_reg;
@@ -515,6 +559,8 @@ int crashcapture_install_sdk(const crashcapture_config *config, size_t journal_b
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk) {
     pthread_mutex_lock(&cc_install_lock);
+    memset(cc_step_ns, 0, sizeof(cc_step_ns));
+    cc_step_started_ns = cc_monotonic_ns();
     int result = 0;
     if (atomic_load(&cc_global.installed)) goto done;
     if (config == NULL || config->directory == NULL || config->directory[0] == '\0') {
@@ -552,6 +598,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         result = -1;
         goto done;
     }
+    cc_step_done(CC_STEP_CONFIGURATION);
     int dir_fd = cc_open_directory(config->directory);
     if (dir_fd < 0) {
         result = -1;
@@ -570,11 +617,14 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.crash_line = !config->no_crash_line;
     cc_global.record_arguments = !config->omit_arguments;
     cc_global.clock_ticks = sysconf(_SC_CLK_TCK);
+    cc_step_done(CC_STEP_DIRECTORY);
     cc_crash_path_prepare();
     cc_detect_container();
+    cc_step_done(CC_STEP_CRASH_PATH);
     cc_global.maximum_crash_files = config->maximum_crash_files != 0 ? config->maximum_crash_files : 64;
     cc_global.maximum_crash_bytes = config->maximum_crash_bytes != 0 ? config->maximum_crash_bytes : (size_t)256 << 20;
     cc_global.over_bound = cc_directory_over_bound(dir_fd);
+    cc_step_done(CC_STEP_BOUND);
     const char *step;
     int err = cc_open_session_file(true, &step);
     if (err != 0) {
@@ -583,6 +633,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         cc_global.dir_fd = -1;
         goto done;
     }
+    cc_step_done(CC_STEP_CRASH_FILE);
     err = cc_session_file_create(journal_bytes, lifecycle, sdk, &step);
     if (err != 0) {
         result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
@@ -593,12 +644,17 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         cc_global.dir_fd = -1;
         goto done;
     }
+    cc_step_done(CC_STEP_SESSION_FILE);
     cc_modules_capture();
+    cc_step_done(CC_STEP_MODULES);
     cc_load_libunwind();
+    cc_step_done(CC_STEP_LIBUNWIND_FIRST_STEP);
     cc_process_state_keep_files();
+    cc_step_done(CC_STEP_KEPT_FILES);
     cc_hook_runtimes();
     crashcapture_install_thread_stack();
     cc_threads_enable(true);
+    cc_step_done(CC_STEP_RUNTIMES);
     atomic_store(&cc_global.installed, 1);
     if (cc_install_signal_handlers() != 0) {
         atomic_store(&cc_global.installed, 0);
@@ -612,6 +668,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         atexit(cc_at_exit);
         pthread_atfork(NULL, NULL, cc_after_fork);
     }
+    cc_step_done(CC_STEP_SIGNALS);
 done:
     pthread_mutex_unlock(&cc_install_lock);
     return result;

@@ -13,6 +13,10 @@ extern "C" {
 /// a fault in our own handler still leaves a minimal record and re-raises.
 CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int enabled);
 
+/// The last install's steps as a JSON object of nanoseconds ({"configuration":41000,...}),
+/// written into `out`; the length written, or 0 when it does not fit.
+CRASHCAPTURE_API size_t crashcapture_test_install_steps(char *out, size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif
