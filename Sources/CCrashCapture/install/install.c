@@ -348,11 +348,11 @@ static void cc_load_libunwind(void) {
     const char *disabled = getenv("CRASHCAPTURE_NO_LIBUNWIND");
     if (disabled != NULL && disabled[0] != '\0' && strcmp(disabled, "0") != 0) return;
     void *handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    cc_step_done(CC_STEP_LIBUNWIND_LOAD);
     if (handle == NULL) return;
     cc_unw_init_local2_fn init = (cc_unw_init_local2_fn)dlsym(handle, CC_STRINGIFY(unw_init_local2));
     cc_unw_step_fn step = (cc_unw_step_fn)dlsym(handle, CC_STRINGIFY(unw_step));
     cc_unw_get_reg_fn get_reg = (cc_unw_get_reg_fn)dlsym(handle, CC_STRINGIFY(unw_get_reg));
-    cc_step_done(CC_STEP_LIBUNWIND_LOAD);
     if (init == NULL || step == NULL || get_reg == NULL) return;
     cc_global.unw_step = step;
     cc_global.unw_get_reg = get_reg;
