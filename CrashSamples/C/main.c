@@ -183,7 +183,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "crash capture not installed: %s\n", crashcapture_last_error());
             return 70;
         }
-        if (getenv("CRASH_SAMPLE_FAULT_IN_HANDLER") != NULL) crashcapture_test_fault_in_handler(1);
+        const char *fault = getenv("CRASH_SAMPLE_FAULT_IN_HANDLER");
+        if (fault != NULL) crashcapture_test_fault_in_handler(strcmp(fault, "threads") == 0 ? 2 : 1);
     }
     // A process that has run a while: install's files are on the disk, as the kernel's
     // writeback puts them there within about 30 s, and the crash comes after N ms of work

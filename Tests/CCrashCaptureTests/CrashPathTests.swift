@@ -143,6 +143,18 @@ import Testing
         #expect(report.frames.count >= 1)
     }
 
+    /// The other threads are unwound inside their stage, each under a guard of its own; a
+    /// fault later in that stage must still cost that stage only.
+    @Test func faultInTheThreadsStageAfterUnwindingThemStillLeavesTheReport() throws {
+        let (result, directory) = try crash(
+            Paths.cSample, "parked-threads",
+            environment: ["CRASH_SAMPLE_FAULT_IN_HANDLER": "threads", "CRASH_SAMPLE_THREADS": "4"])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.handlerFaults == ["threads"])
+        #expect(report.frames.count >= 1)
+    }
+
     @Test func eightThreadsCrashingAtOnceGiveOneReport() throws {
         // Without the Swift runtime's backtracer, as in the harness: on its own (no CrashCapture
         // in the process) it hangs in about one run in ten when several threads crash at once

@@ -344,6 +344,10 @@ static int64_t cc_threads_asked_ns;  // of which listing and asking them (they a
 static int64_t cc_kept_files_ns, cc_unwind_ns, cc_events_ns;
 static sigjmp_buf cc_stage_jump;
 static volatile sig_atomic_t cc_stage_armed;
+// Each other thread's unwinding has a guard of its own inside the threads stage, taken before
+// the stage's: sharing the stage's would leave the rest of the stage unguarded.
+static sigjmp_buf cc_thread_unwind_jump;
+static volatile sig_atomic_t cc_thread_unwind_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
 
 static uintptr_t cc_frames[CC_MAX_FRAMES];
@@ -385,7 +389,14 @@ void cc_crash_path_prepare(void) {
     cc_threads_prepare();
 }
 
-void crashcapture_test_fault_in_handler(int enabled) { cc_fault_on_purpose = enabled ? 1 : 0; }
+void crashcapture_test_fault_in_handler(int where) { cc_fault_on_purpose = where; }
+
+static void cc_fault_here_on_purpose(int where) {
+    if (cc_fault_on_purpose == where) {
+        volatile int *volatile nowhere = 0;
+        *nowhere = 1;
+    }
+}
 
 // MARK: - Stages
 
@@ -485,10 +496,7 @@ static void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size
 }
 
 static void cc_walk_stack(ucontext_t *uc) {
-    if (cc_fault_on_purpose) {
-        volatile int *volatile nowhere = 0;
-        *nowhere = 1;
-    }
+    cc_fault_here_on_purpose(1);
     cc_walk(uc, cc_frames, CC_MAX_FRAMES, &cc_frame_count, &cc_used_libunwind);
 }
 
@@ -503,12 +511,12 @@ static bool cc_unwind_other_threads(void) {
         slot->unwound = true;
         unwound_any = true;
         volatile int used_libunwind = 0;
-        if (sigsetjmp(cc_stage_jump, 1) == 0) {
-            cc_stage_armed = 1;
+        if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
+            cc_thread_unwind_armed = 1;
             cc_walk(&slot->context, slot->frames, CC_THREAD_FRAMES, &slot->frame_count, &used_libunwind);
-            cc_stage_armed = 0;
+            cc_thread_unwind_armed = 0;
         } else {
-            cc_stage_armed = 0;
+            cc_thread_unwind_armed = 0;
             slot->unwind_faulted = true;
         }
     }
@@ -614,6 +622,7 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
                 int64_t start = cc_monotonic_ns();
                 cc_threads_await(cc_unwind_other_threads);
                 cc_unwind_other_threads();
+                cc_fault_here_on_purpose(2);
                 cc_other_threads_ns += cc_monotonic_ns() - start;
                 break;
             }
@@ -1415,6 +1424,7 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
     pid_t self = cc_gettid();
     pid_t expected = 0;
     if (atomic_load(&cc_reporting_tid) == self) {
+        if (cc_thread_unwind_armed) siglongjmp(cc_thread_unwind_jump, 1);
         if (cc_stage_armed) siglongjmp(cc_stage_jump, 1);
         // A fault after the report (in a chained handler, say): let it take its course.
         cc_chain(signo, info, context);

@@ -9,9 +9,10 @@
 extern "C" {
 #endif
 
-/// When set to 1, the next crash report faults inside the handler on purpose, to prove that
-/// a fault in our own handler still leaves a minimal record and re-raises.
-CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int enabled);
+/// When set, the next crash report faults inside the handler on purpose, to prove that a
+/// fault in our own handler still leaves a record and re-raises: 1 while unwinding the
+/// crashing thread, 2 in the other threads' stage once they are unwound; 0 turns it off.
+CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int where);
 
 /// The last install's steps as a JSON object of nanoseconds ({"configuration":41000,...}),
 /// written into `out`; the length written, or 0 when it does not fit.
