@@ -67,6 +67,9 @@ package struct SessionFile: Sendable {
         name.hasPrefix("." + filePrefix) && name.hasSuffix("." + fileExtension + ".tmp")
     }
 
+    /// The session file's name for a session id.
+    package static func fileName(sessionID: String) -> String { filePrefix + sessionID + "." + fileExtension }
+
     /// The session id in a session file's name.
     package static func sessionID(fromFileName name: String) -> String? {
         guard isSessionFileName(name) else { return nil }

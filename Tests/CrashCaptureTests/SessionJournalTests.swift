@@ -181,6 +181,34 @@ import Testing
         #expect(left.contains(recent))
     }
 
+    /// Install names the crash file before it makes the session file, so a recovery can list
+    /// the session files before that one exists and the crash files after the process has
+    /// crashed (a watch woken by the crash file's name, on a busy machine). The crash file must
+    /// then wait for its session, not be replayed alone while its session is closed without it.
+    @Test func aCrashFileWhoseSessionFileAppearsDuringARecoveryWaitsForIt() throws {
+        let directory = makeTemporaryDirectory("session-appears")
+        let crashed = try run(
+            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(crashed.signal == SIGSEGV)
+        let session = try #require(sessionFiles(directory).first)
+        let held = directory + ".held-session"
+        #expect(rename(directory + "/" + session, held) == 0)
+        var recovery = SessionRecovery(
+            replayer: CrashReplayer(directory: directory, store: try EventStore(path: directory + "/events.sqlite")))
+        let path = directory + "/" + session
+        recovery.afterListingSessions = { _ = rename(held, path) }
+        let first = recovery.recoverAll()
+        #expect(first.crashFiles.files.isEmpty, "replayed without its session: \(first.crashFiles.files)")
+        #expect(first.sessions.isEmpty)
+        recovery.afterListingSessions = nil
+        let second = recovery.recoverAll()
+        #expect(second.sessions.count == 1)
+        #expect(second.sessions.first?.outcome == .closed)
+        #expect(second.sessions.first?.crashFile?.outcome == .imported)
+        #expect(second.crashFiles.files.isEmpty)
+        #expect(events(try storedEvents(directory), named: "$AppCrashed").count == 1)
+    }
+
     @Test func aReplayKilledMidwayAndRunAgainNeitherLosesNorRepeats() throws {
         let directory = makeTemporaryDirectory("replay-killed")
         let (acked, _, session) = try killStorm(directory, afterMilliseconds: 400)

@@ -48,6 +48,9 @@ package struct SessionRecovery: Sendable {
     package static let breadcrumbBytes = 512
 
     package let replayer: CrashReplayer
+    /// For tests: runs between listing the session files and listing the crash files, where an
+    /// install may finish making its session file.
+    package var afterListingSessions: (@Sendable () -> Void)?
     package var directory: String { replayer.directory }
     package var store: EventStore { replayer.store }
 
@@ -73,9 +76,19 @@ package struct SessionRecovery: Sendable {
             summary.sessions.append(result)
             progress?(index + 1, sessionNames.count)
         }
+        afterListingSessions?()
+        let listed = Set(sessionNames.compactMap(SessionFile.sessionID(fromFileName:)))
         let alone = replayer.pendingFiles().filter { path in
             let name = (path as NSString).lastPathComponent
-            return !handled.contains(String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32)))
+            let session = String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32))
+            if handled.contains(session) { return false }
+            // Install names the crash file before it makes the session file: one listed here
+            // without its session file may have gained it since, and even crashed since. It then
+            // waits for the next recovery, which takes the two together (the session's
+            // breadcrumbs and end with the crash); replayed alone now, its session would be
+            // closed later without it.
+            return listed.contains(session)
+                || replayer.folder?.contains(SessionFile.fileName(sessionID: session)) != true
         }
         summary.crashFiles.files = replayer.replay(alone)
         return summary
