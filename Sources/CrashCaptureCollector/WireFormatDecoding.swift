@@ -35,7 +35,9 @@ extension WireFormat {
     private static func stored(_ event: JSONScanner.Event, index: Int, in bytes: UnsafeBufferPointer<UInt8>) throws
         -> (id: String, text: String)
     {
-        guard let type = event.type else { throw CrashCaptureError.corrupt("record \(index) has no type") }
+        guard let typeToken = event.type, let type = JSONScanner.decodedString(typeToken, in: bytes) else {
+            throw CrashCaptureError.corrupt("record \(index) has no type")
+        }
         guard recordTypes.contains(type) else {
             throw CrashCaptureError.corrupt("record \(index) has an unknown type \"\(type)\"")
         }
@@ -48,9 +50,13 @@ extension WireFormat {
         // Validated by the scanner already; from a buffer, String takes its fast path.
         let record = UnsafeBufferPointer(rebasing: bytes[event.text])
         let text = String(decoding: record, as: UTF8.self)
-        if let id = event.eventID, !id.isEmpty { return (id, text) }
+        if let token = event.eventID, let id = JSONScanner.decodedString(token, in: bytes), !id.isEmpty {
+            return (id, text)
+        }
         if let track = event.trackID {
-            return ("sa-track:\(track):\(event.distinctID ?? ""):\(event.time ?? "")", text)
+            let distinctID = event.distinctID.map { JSONScanner.text($0, in: bytes) } ?? ""
+            let time = event.time.map { JSONScanner.text($0, in: bytes) } ?? ""
+            return ("sa-track:\(JSONScanner.text(track, in: bytes)):\(distinctID):\(time)", text)
         }
         return ("sa-content:" + fnv1a(record), text)
     }

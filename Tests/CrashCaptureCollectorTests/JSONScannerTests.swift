@@ -36,6 +36,27 @@ import Testing
         }
     }
 
+    /// The scan jumps to the lowest byte the mask flags: that byte is always the first that
+    /// stops it, whatever follows (bytes above a match may be flagged too).
+    @Test func theMasksLowestFlagIsTheFirstStoppingByte() {
+        func stops(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x22 || byte == 0x5c }
+        var generator = SystemRandomNumberGenerator()
+        let interesting: [UInt8] = [0x00, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff]
+        for round in 0..<200_000 {
+            let bytes = (0..<8).map { _ in
+                round % 2 == 0
+                    ? UInt8.random(in: 0...255, using: &generator) : interesting.randomElement(using: &generator)!
+            }
+            let word = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+            let mask = JSONScanner.stopMask(word)
+            let first = bytes.firstIndex(where: stops)
+            if (mask == 0 ? nil : mask.trailingZeroBitCount >> 3) != first {
+                Issue.record("\(bytes): mask \(String(mask, radix: 16)), first stop \(String(describing: first))")
+                break
+            }
+        }
+    }
+
     @Test func acceptsWhatJSONAllowsAndKeepsTheText() throws {
         let json = """
              [ {"type":"track","event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
