@@ -3,6 +3,10 @@
 without URLSession in between. Run by crashcap-bench pipeline; prints events per second.
 
     python3 Benchmarks/upload_baseline.py http://127.0.0.1:PORT/sa [BATCHES]
+    python3 Benchmarks/upload_baseline.py http://127.0.0.1:PORT/sa --bodies FILE EVENTS
+
+With --bodies, the requests are FILE's lines (each a whole form body, as our uploader sends
+them) and the rate counts EVENTS events.
 """
 import base64
 import gzip
@@ -31,9 +35,16 @@ def body(batch, prefix):
 
 def main():
     url = urllib.parse.urlparse(sys.argv[1])
-    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
-    prefix = sys.argv[3] if len(sys.argv) > 3 else "baseline"
-    bodies = [body(batch, prefix) for batch in range(batches)]
+    given = len(sys.argv) > 2 and sys.argv[2] == "--bodies"
+    if given:
+        with open(sys.argv[3], "rb") as lines:
+            bodies = [line.rstrip(b"\n") for line in lines if line.strip()]
+        events = int(sys.argv[4])
+    else:
+        batches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+        prefix = sys.argv[3] if len(sys.argv) > 3 else "baseline"
+        bodies = [body(batch, prefix) for batch in range(batches)]
+        events = batches * 50
     latencies = []
     connection = http.client.HTTPConnection(url.hostname, url.port)
     start = time.perf_counter()
@@ -46,13 +57,13 @@ def main():
         if response.status != 200:
             sys.exit(f"HTTP {response.status}")
     seconds = time.perf_counter() - start
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and not given:
         # For the concurrent ingest benchmark: events/s and each request's latency in ms.
         # Loop start and end on the shared wall clock, so that the overlap can be measured.
         wall_end = time.time()
         print(f"{wall_end - seconds:.6f} {wall_end:.6f} " + " ".join(f"{l * 1000:.3f}" for l in latencies))
     else:
-        print(f"{batches * 50 / seconds:.0f}")
+        print(f"{events / seconds:.0f}")
 
 
 main()

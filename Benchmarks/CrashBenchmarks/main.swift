@@ -530,13 +530,42 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
             "| one request (batch already stored there: nothing written) | \(format(request / 100, 2)) ms, of which the collector's checks \(format(verify / 100, 2)) ms |"
         )
     }
-    // The same collector behind a plain keep-alive client: what it and loopback allow without URLSession.
+    // The same collector behind a plain keep-alive client, with the ingest benchmark's padded
+    // events (300 batches): what it and loopback allow for events that are cheap to check.
     let script =
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
         + "/upload_baseline.py"
     let baseline = try output("/usr/bin/env", ["python3", script, collector.url], [:])
         .trimmingCharacters(in: .whitespacesAndNewlines)
-    print("| python3 http.client, keep-alive, same collector and batches | \(baseline) events/s |")
+    print("| python3 http.client, keep-alive, same collector, 300 batches of padded events | \(baseline) events/s |")
+    // The yardstick for the uploader: a plain keep-alive client sending the very bodies the
+    // uploader sends (the same events, encoded once beforehand), as many requests, each round
+    // into a new collector. What is left between the two is the uploader's own doing.
+    var bodies: [UInt8] = []
+    let flushTime = "\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))"
+    for start in stride(from: 0, to: uploadPayloads.count, by: 50) {
+        let events = uploadPayloads[start..<min(start + 50, uploadPayloads.count)].map(\.1)
+        bodies += try WireFormat.encode(events: events, addingToEach: flushTime)
+        bodies.append(UInt8(ascii: "\n"))
+    }
+    let bodiesPath = directory + "/upload-bodies.txt"
+    guard FileManager.default.createFile(atPath: bodiesPath, contents: Data(bodies)) else {
+        throw CrashCaptureError.io("cannot write \(bodiesPath)")
+    }
+    var plainRates: [Double] = []
+    for round in 1...max(1, rounds) {
+        let fresh = try IngestCollector(port: 0, databasePath: directory + "/plain-\(round).sqlite")
+        defer { fresh.stop() }
+        let rate = try output(
+            "/usr/bin/env", ["python3", script, fresh.url, "--bodies", bodiesPath, "\(uploadPayloads.count)"], [:])
+        plainRates.append(Double(rate.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+        guard fresh.store.count == uploadPayloads.count else {
+            throw CrashCaptureError.io("the plain client stored \(fresh.store.count) of \(uploadPayloads.count) events")
+        }
+    }
+    print(
+        "| python3 http.client, keep-alive, the uploader's own bodies (all of them), a new collector each round: median of \(plainRates.count) | \(format(Statistics(plainRates).median, 0)) events/s (rounds: "
+            + plainRates.map { format($0, 0) }.joined(separator: ", ") + ") |")
 }
 
 /// The collector's ingest under wrk, the HTTP load generator: `connections` keep-alive
