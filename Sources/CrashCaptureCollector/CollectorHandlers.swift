@@ -1,6 +1,7 @@
 internal import Foundation
 internal import NIOCore
 internal import NIOHTTP1
+internal import NIOPosix
 
 /// Before the HTTP decoder: a request's head must arrive within a bound from its first byte,
 /// so that a client sending one byte every few seconds cannot hold a connection for ever (the
@@ -123,6 +124,12 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {  // 
                     handler.write(context, response, version: version, keepAlive: keepAlive)
                 case .success(nil):
                     context.close(promise: nil)  // a dropped request, injected
+                case .failure(let error) where error is NIOThreadPoolError.ThreadPoolInactive:
+                    // Stopping: the database thread takes no more; the client sends it again later.
+                    var stopping = IngestCollector.Response(
+                        status: 503, body: "{\"error\":\"the collector is stopping; retry\"}")
+                    stopping.extraHeaders.append(("Retry-After", "1"))
+                    handler.write(context, stopping, version: version, keepAlive: false)
                 case .failure(let error):
                     handler.write(
                         context, IngestCollector.Response(status: 500, body: "{\"error\":\"\(error)\"}"),

@@ -164,11 +164,15 @@ package final class IngestCollector: @unchecked Sendable {
         try? channel?.closeFuture.wait()
     }
 
+    /// Stops listening, lets the batches already with the database thread be committed and
+    /// answered, then closes the connections. The event loops go last: a batch committed
+    /// after them had nowhere to send its answer (SwiftNIO printed "Cannot schedule tasks on
+    /// an EventLoop that has already shut down", which it means to make a crash).
     package func stop() {
         try? channel?.close().wait()
-        try? group.syncShutdownGracefully()
         try? database.syncShutdownGracefully()
         try? decoders.syncShutdownGracefully()
+        try? group.syncShutdownGracefully()
     }
 
     struct Request {

@@ -17,7 +17,8 @@ extension Crashcap {
             discussion: """
                 Accepts the Sensors Analytics wire format (crc, gzip, data_list), rejects malformed \
                 batches with a 4xx that says why, de-duplicates by event_id and stores events in SQLite \
-                in arrival order. GET /events?after=SEQ&limit=N returns them as JSON lines.
+                in arrival order. GET /events?after=SEQ&limit=N returns them as JSON lines. SIGTERM or \
+                SIGINT stops it: uploads being stored are committed and answered first; exit status 0.
                 """)
 
         @Option(help: "Port to listen on (0: any free port, printed at start).")
@@ -103,7 +104,27 @@ extension Crashcap {
             // Written straight to the descriptor: whoever started us waits for this line.
             FileHandle.standardOutput.write(Data("listening on \(collector.url)\n".utf8))
             signal(SIGPIPE, SIG_IGN)
+            // SIGTERM or SIGINT: stop as `stop()` does (what is being stored is committed and
+            // answered), then exit 0.
+            let stopped = DispatchSemaphore(value: 0)
+            // One queue for both signals, so that a second signal while stopping changes nothing.
+            let signals = DispatchQueue(label: "crashcap.collect.signals")
+            nonisolated(unsafe) var stopAsked = false
+            let stopSignals = [SIGTERM, SIGINT].map { number in
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
+                source.setEventHandler {
+                    guard !stopAsked else { return }
+                    stopAsked = true
+                    collector.stop()
+                    stopped.signal()
+                }
+                source.resume()
+                return source
+            }
             collector.serve()
+            stopped.wait()
+            for source in stopSignals { source.cancel() }
         }
     }
 }

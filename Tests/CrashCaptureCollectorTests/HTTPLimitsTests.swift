@@ -180,6 +180,66 @@ import Testing
         #expect(try collector.request("POST", "/sa?project=default&token=s3cret", body: batch).0 == 200)
     }
 
+    /// `crashcap collect` under load from eight keep-alive clients, stopped by SIGTERM: every
+    /// batch it answered 200 is in its database, the rest were told to retry or lost their
+    /// connection, and it exits 0 without SwiftNIO's complaint about a loop already shut down.
+    @Test func sigtermStopsTheCollectorAfterAnsweringWhatItStored() throws {
+        let collector = try CollectorProcess()
+        let clients = """
+            import base64, gzip, http.client, json, sys, threading, time, urllib.parse
+            host, port = sys.argv[1].rsplit(":", 1)
+            acknowledged, statuses, lock = [], {}, threading.Lock()
+            def client(number):
+                connection = http.client.HTTPConnection(host, int(port), timeout=10)
+                for batch in range(100000):
+                    ids = [f"c{number}-{batch}-{i}" for i in range(5)]
+                    events = [{"type": "track", "event_id": i, "event": "x", "properties": {}} for i in ids]
+                    data = base64.b64encode(gzip.compress(json.dumps(events).encode())).decode()
+                    try:
+                        connection.request("POST", "/sa", "gzip=1&data_list=" + urllib.parse.quote(data, safe=""),
+                                           {"Content-Type": "application/x-www-form-urlencoded"})
+                        response = connection.getresponse()
+                        response.read()
+                    except Exception:
+                        return
+                    with lock:
+                        statuses[response.status] = statuses.get(response.status, 0) + 1
+                        if response.status == 200:
+                            acknowledged.extend(ids)
+                    if response.status != 200:
+                        return
+                    if batch == 20:
+                        print("loaded", flush=True)
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+            for thread in threads: thread.start()
+            for thread in threads: thread.join()
+            print(json.dumps({"acknowledged": acknowledged, "statuses": statuses}))
+            """
+        let host = collector.base.replacingOccurrences(of: "http://", with: "")
+        let load = try Child("/usr/bin/env", ["python3", "-c", clients, host])
+        #expect(load.waitForOutput("loaded"), "\(load.stderr)")
+        usleep(300_000)
+        kill(collector.child.pid, SIGTERM)
+        #expect(collector.child.wait(timeout: 30), "the collector did not stop")
+        #expect(collector.child.exitCode == 0, "\(collector.child.stderr)")
+        #expect(!collector.child.stderr.contains("Cannot schedule"), "\(collector.child.stderr)")
+        #expect(load.wait(timeout: 60))
+        let lines = load.stdout.split(separator: "\n")
+        guard let last = lines.last,
+            let summary = try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any],
+            let acknowledged = summary["acknowledged"] as? [String]
+        else {
+            Issue.record("no summary from the clients: \(load.stdout) \(load.stderr)")
+            return
+        }
+        let statuses = summary["statuses"] as? [String: Int] ?? [:]
+        #expect(Set(statuses.keys).isSubset(of: ["200", "503"]), "\(statuses)")
+        #expect(acknowledged.count >= 21 * 5, "\(statuses)")
+        let stored = Set(try EventStore(path: collector.database).events(limit: 10_000_000).map(\.eventID))
+        let missing = acknowledged.filter { !stored.contains($0) }
+        #expect(missing.isEmpty, "\(missing.count) acknowledged events not stored, e.g. \(missing.prefix(3))")
+    }
+
     /// A server that takes at most 3,000 bytes a request: batches answered 413 are sent again in
     /// halves until they pass, one event too large alone is set aside and counted, and the
     /// command says so with its exit status. The token in the URL never shows.
