@@ -323,11 +323,8 @@ struct JSONScanner {
         throw fail("unterminated string")
     }
 
-    /// Whether any of eight bytes is a quote, a backslash or a control character (below 0x20):
-    /// the bytes a string scan must stop at.
-    static func endsOrEscapes(_ word: UInt64) -> Bool { stopMask(word) != 0 }
-
-    /// The high bit of each of those bytes set, in a little-endian word. Each test is SWAR's
+    /// The bytes a string scan must stop at, a quote, a backslash or a control character (below
+    /// 0x20), each marked by its high bit, in a little-endian word. Each test is SWAR's
     /// "has a byte below n": a borrow only runs upward from a byte that matched, so the lowest
     /// bit set is always exact (a byte above it may be flagged wrongly; the scan never looks
     /// past the lowest).

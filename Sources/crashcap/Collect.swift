@@ -123,7 +123,12 @@ extension Crashcap {
                 return source
             }
             collector.serve()
-            stopped.wait()
+            // Closed by a signal's stop: wait for that to finish. Closed any other way: stop here.
+            let byASignal = signals.sync {
+                defer { stopAsked = true }
+                return stopAsked
+            }
+            if byASignal { stopped.wait() } else { collector.stop() }
             for source in stopSignals { source.cancel() }
         }
     }

@@ -22,14 +22,14 @@ import Testing
                 var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: 8)
                 bytes[position] = UInt8(value)
                 let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-                #expect(JSONScanner.endsOrEscapes(word) == stops(UInt8(value)), "byte \(value) at \(position)")
+                #expect((JSONScanner.stopMask(word) != 0) == stops(UInt8(value)), "byte \(value) at \(position)")
             }
         }
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<100_000 {
             let bytes = (0..<8).map { _ in UInt8.random(in: 0...255, using: &generator) }
             let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-            if JSONScanner.endsOrEscapes(word) != bytes.contains(where: stops) {
+            if (JSONScanner.stopMask(word) != 0) != bytes.contains(where: stops) {
                 Issue.record("\(bytes) decided wrongly")
                 break
             }
