@@ -1,4 +1,8 @@
-// crash-sample-c KIND [--context main|pthread] [--chain CHAIN]
+// crash-sample-c KIND [--context main|pthread] [--chain CHAIN] [--main-waits WAIT]
+//
+// --main-waits: the crash comes on a new thread while the main thread waits once (sleep,
+// epoll_wait, ...; sample_main_wait) and then returns from main. CRASH_SAMPLE_DENY_PTRACE=1:
+// a seccomp filter fails ptrace first, as some containers do.
 //
 // The C/C++ crash sample. Installs CrashCapture through the C API when CRASHCAPTURE_DIR is
 // set; without it the same crash runs uncaptured (the baseline).
@@ -146,7 +150,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: crash-sample-c KIND [--context main|pthread] [--chain CHAIN]\n");
+        fprintf(stderr, "usage: crash-sample-c KIND [--context main|pthread] [--chain CHAIN] [--main-waits WAIT]\n");
         return 64;
     }
     const char *kind = argv[1];
@@ -154,9 +158,12 @@ int main(int argc, char **argv) {
     if (strcmp(kind, "measure-install") == 0) return measure_install(getenv("CRASHCAPTURE_DIR"));
     const char *context = "main";
     const char *chain = "none";
+    const char *main_waits = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--context") == 0)
             context = argv[i + 1];
+        else if (strcmp(argv[i], "--main-waits") == 0)
+            main_waits = argv[i + 1];
         else if (strcmp(argv[i], "--chain") == 0)
             chain = argv[i + 1];
         else {
@@ -213,7 +220,14 @@ int main(int argc, char **argv) {
         sample_start_malloc_hammer();
         kind = "null-read";
     }
-    if (strcmp(context, "pthread") == 0)
+    if (getenv("CRASH_SAMPLE_DENY_PTRACE") != NULL) sample_deny_ptrace();
+    if (main_waits != NULL) {
+        sample_start_crash_later(run, kind);
+        if (sample_main_wait(main_waits) != 0) {
+            fprintf(stderr, "unknown wait %s\n", main_waits);
+            return 64;
+        }
+    } else if (strcmp(context, "pthread") == 0)
         sample_on_pthread(run, kind);
     else
         run(kind);

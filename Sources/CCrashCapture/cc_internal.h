@@ -136,6 +136,12 @@ typedef struct cc_state {
     bool replaced[NSIG];
     struct sigaction ours;
 
+    // CRASHCAPTURE_FREEZE=signal at install: the other threads are asked by signal, never
+    // frozen with ptrace (to compare the two, or where tracing the process is unwelcome).
+    bool freeze_by_signal_only;
+    // The process-wide owner of a crash (crashcapture_crash_owner of the first copy found).
+    _Atomic pid_t *crash_owner;
+    bool sdk_session;  // the session file holds the SDK's journal of events
     int thread_signal;  // the real-time signal that asks a thread for its context; 0: none free
     struct sigaction thread_signal_previous;
 
@@ -201,6 +207,12 @@ void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);
 
 // signal_safe/thread_capture.c: the other threads' contexts, at crash time.
+enum {
+    CC_SLOT_ASKED = 1,     // being frozen, its context not taken yet
+    CC_SLOT_CAPTURED = 2,  // its context is in the slot and it is held still
+    CC_SLOT_MISSED = 3,    // not captured: `why` says why
+};
+enum cc_freeze_method { CC_FROZEN_BY_NONE, CC_FROZEN_BY_PTRACE, CC_FROZEN_BY_SIGNAL };
 typedef struct cc_thread_slot {
     pid_t tid;
     _Atomic int state;
@@ -223,7 +235,17 @@ void cc_threads_await(bool (*meanwhile)(void));
 int cc_threads_total_count(void);
 cc_thread_slot *cc_thread_slot_at(int index);
 bool cc_thread_captured(const cc_thread_slot *slot);
+int cc_threads_freeze_method(void);
+const char *cc_threads_freeze_note(void);
 void cc_threads_release(void);
+void cc_threads_release_held(void);
+
+// signal_safe/thread_freeze.c: the ptrace helper. Starts it on the listed slots: 0 once ptrace
+// proved allowed (the slots are then answered as by the signal method, through `answers`);
+// -1 with `why` when it cannot be used, and nothing was touched.
+void cc_freeze_prepare(void);
+int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, const char **why);
+void cc_freeze_release(void);
 
 // signal_safe/process_state.c
 void cc_append_process_state(cc_buf *b, int thread_count);

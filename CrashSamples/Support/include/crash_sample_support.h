@@ -24,6 +24,16 @@ void sample_install_previous_siginfo_handler(int signo);
 void sample_install_previous_plain_handler(int signo);
 void sample_install_handler_after_capture(int signo);
 
+/// A crash on a new pthread 100 ms from now, while the caller goes on (to wait).
+void sample_start_crash_later(void (*body)(const char *), const char *kind);
+/// Waits once on the calling thread in the way named (sleep, nanosleep, pause, poll, epoll_wait,
+/// select, read, sigwait, futex, join: the crash thread), then prints how the wait ended and
+/// returns 0; -1 for an unknown name.
+int sample_main_wait(const char *how);
+const char *sample_main_wait_at(int index);
+/// A seccomp filter that fails ptrace and process_vm_readv with EPERM, for the whole process.
+void sample_deny_ptrace(void);
+
 /// Hostile states.
 void sample_start_malloc_hammer(void);
 void sample_corrupt_heap(void);

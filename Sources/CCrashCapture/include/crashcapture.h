@@ -113,6 +113,11 @@ CRASHCAPTURE_API int crashcapture_has_libunwind(void);
 /// exit(); a later crash of this process (from an atexit handler) is still captured.
 CRASHCAPTURE_API void crashcapture_end_session(void);
 
+/// Whether a crash is being reported (or was). A thread other than the crashing one waits here until the process
+/// dies of the crash (at most 30 s) before it returns 1: an exit path calls this first and, on 1, deletes nothing
+/// and ends no session. 0: no crash.
+CRASHCAPTURE_API int crashcapture_crash_in_progress(void);
+
 /// Records that the session is still alive. A session killed without a crash (SIGKILL, the
 /// OOM killer) is closed at the next replay with an $AppEnd whose duration runs up to the last
 /// such call (install counts as one). Two stores into a shared mapping: cheap enough for any

@@ -492,6 +492,8 @@ static void cc_restore_signal_handlers(void) {
 
 void crashcapture_end_session(void) {
     if (!atomic_load(&cc_global.installed) || atomic_load(&cc_global.session_ended)) return;
+    // A thread that reached exit() while another reports a crash: the crash file is the report.
+    if (crashcapture_crash_in_progress()) return;
     // From here on a crash (in a later atexit handler, say) is still reported, without a
     // second $AppEnd: the normal one was already tracked.
     atomic_store(&cc_global.session_ended, 1);
@@ -617,6 +619,13 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.crash_line = !config->no_crash_line;
     cc_global.record_arguments = !config->omit_arguments;
     cc_global.clock_ticks = sysconf(_SC_CLK_TCK);
+    // Found by name, so that a linked install and the preload library agree on one owner.
+    extern _Atomic pid_t crashcapture_crash_owner;
+    cc_global.crash_owner = (_Atomic pid_t *)dlsym(RTLD_DEFAULT, "crashcapture_crash_owner");
+    if (cc_global.crash_owner == NULL) cc_global.crash_owner = &crashcapture_crash_owner;
+    cc_global.sdk_session = sdk;
+    const char *freeze = getenv("CRASHCAPTURE_FREEZE");
+    cc_global.freeze_by_signal_only = freeze != NULL && strcmp(freeze, "signal") == 0;
     cc_step_done(CC_STEP_DIRECTORY);
     cc_crash_path_prepare();
     cc_detect_container();

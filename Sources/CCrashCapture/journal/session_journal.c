@@ -435,6 +435,7 @@ const char *crashcapture_session_file_path(void) { return cc_session.header != N
 
 void crashcapture_session_retire(void) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
+    if (crashcapture_crash_in_progress()) return;
     unlinkat(cc_global.dir_fd, cc_session.name, 0);
 }
 

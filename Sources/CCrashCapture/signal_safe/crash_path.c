@@ -36,6 +36,10 @@
 
 const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT] = {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
 
+// Which thread reports the crash, shared by every copy of CrashCapture in the process: each
+// copy defines it, and each uses the one the dynamic loader finds first (install.c).
+CRASHCAPTURE_API _Atomic pid_t crashcapture_crash_owner;
+
 // MARK: - Formatting without libc
 
 void cc_buf_append(cc_buf *b, const char *s, size_t n) {
@@ -875,7 +879,16 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
         cc_buf_append_str(b, "}");
     }
     int total = cc_threads_total_count();
-    cc_buf_append_str(b, "],\"threads_total\":");
+    int method = cc_threads_freeze_method();
+    cc_buf_append_str(b, "],\"threads_frozen_by\":\"");
+    cc_buf_append_str(b, method == CC_FROZEN_BY_PTRACE ? "ptrace" : method == CC_FROZEN_BY_SIGNAL ? "signal" : "none");
+    cc_buf_append_str(b, "\"");
+    const char *note = cc_threads_freeze_note();
+    if (note != NULL) {
+        cc_buf_append_str(b, ",\"threads_freeze_note\":");
+        cc_buf_append_json_string(b, note, 256);
+    }
+    cc_buf_append_str(b, ",\"threads_total\":");
     cc_buf_append_i64(b, total > listed + left_out ? total : listed + left_out);
     cc_buf_append_str(b, ",\"threads_listed\":");
     cc_buf_append_i64(b, listed);
@@ -1244,8 +1257,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     cc_write_report(out, total, cap, entry_ns, allowed);
     if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
     cc_write_crash_line(&c);
-    // Before chaining: a handler we chain to may let the process go on.
-    cc_threads_release();
+    // The other threads stay frozen: cc_chain lets go of them only for a handler of the app's.
 }
 
 // A named crash file that will hold no report (no room under the file-size limit, or the
@@ -1382,6 +1394,10 @@ static void cc_chain(int signo, siginfo_t *info, void *context) {
         if (!recurs) cc_reraise(signo, info);
         return;
     }
+    // An earlier handler (the Swift runtime's backtracer, the app's own) may want the other
+    // threads (to list or suspend them itself), and may let the process go on: the report is
+    // durable, so the threads go on first.
+    cc_threads_release();
     // Call the previous handler as the kernel would have: its sa_mask added to the mask of
     // the interrupted code, the signal itself blocked unless SA_NODEFER, reset if asked.
     if (previous.sa_flags & SA_RESETHAND) cc_set_default(signo);
@@ -1399,12 +1415,49 @@ static void cc_chain(int signo, siginfo_t *info, void *context) {
     else
         previous.sa_handler(signo);
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    cc_threads_release_held();
     // A fault that recurs meets whatever disposition the previous handler left; a sent
     // signal does not come back by itself, and the session is over: end it as the default would.
     if (!recurs) cc_reraise(signo, info);
 }
 
 // MARK: - Entry points
+
+// The crash belongs to the first thread, in any copy of CrashCapture in the process, to take
+// the word that every copy finds at install (crashcapture_crash_owner, looked up by name).
+static bool cc_claim(pid_t self) {
+    pid_t none = 0;
+    return atomic_compare_exchange_strong(cc_global.crash_owner, &none, self) || none == self;
+}
+
+// This copy's session is the other copy's: its files go, so that replay finds one session
+// that crashed, not a second one that seems killed. A journal of events is kept for replay.
+static void cc_give_way_to_other_copy(void) {
+    atomic_store(&cc_global.session_ended, 1);
+    if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    if (cc_global.sdk_session) return;
+    char name[128];
+    cc_buf b = {name, 0, sizeof(name) - 1, false};
+    cc_buf_append_str(&b, CCF_SESSION_FILE_PREFIX);
+    cc_buf_append_str(&b, cc_global.session_id);
+    cc_buf_append_str(&b, "." CCF_SESSION_FILE_EXTENSION);
+    name[b.len] = '\0';
+    if (!b.overflow) unlinkat(cc_global.dir_fd, name, 0);
+}
+
+// For the exit paths (atexit, the preload's and the SDK's ends of a session): while a crash
+// is being reported, a thread that reaches them must neither end the session as clean nor
+// delete anything. Another thread waits here until the process dies (bounded); the reporting
+// thread itself (a handler we chained to called exit) returns at once. 1: a crash was seen.
+int crashcapture_crash_in_progress(void) {
+    pid_t reporting = atomic_load(&cc_reporting_tid);
+    if (reporting == 0) return 0;
+    if (reporting != cc_gettid()) {
+        struct timespec tick = {0, 10 * 1000000};
+        for (int waited = 0; waited < 3000; waited++) nanosleep(&tick, NULL);
+    }
+    return 1;
+}
 
 void cc_signal_handler(int signo, siginfo_t *info, void *context) {
     int saved_errno = errno;
@@ -1428,7 +1481,14 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
         if (cc_stage_armed) siglongjmp(cc_stage_jump, 1);
         // A fault after the report (in a chained handler, say): let it take its course.
         cc_chain(signo, info, context);
-    } else if (atomic_compare_exchange_strong(&cc_reporting_tid, &expected, self)) {
+    } else if (atomic_load(cc_global.crash_owner) == self &&
+               atomic_compare_exchange_strong(&cc_reporting_tid, &expected, self)) {
+        // Another copy of CrashCapture in this process (the preload library beside a linked
+        // install) reported this crash before chaining to us: one crash, one report.
+        cc_give_way_to_other_copy();
+        atomic_store(&cc_report_written, 1);
+        cc_chain(signo, info, context);
+    } else if (cc_claim(self) && atomic_compare_exchange_strong(&cc_reporting_tid, &expected, self)) {
         cc_report(signo, info, (ucontext_t *)context, entry_ns);
         atomic_store(&cc_report_written, 1);
         cc_chain(signo, info, context);

@@ -1,0 +1,288 @@
+// Freezing the other threads with ptrace, as breakpad and crashpad do on Linux: a helper
+// process that shares our memory (clone with CLONE_VM, on a stack set aside at install) seizes
+// and interrupts every listed thread, copies each one's registers into its slot, and holds
+// them stopped until it is told to let go, or until the process dies.
+//
+// Why not a signal to each thread: a signal handler ends the waits the kernel never restarts
+// (nanosleep's neighbours epoll_wait, sigtimedwait...) with EINTR once the thread goes on, and
+// threads that block every signal (Dispatch's workers) cannot answer at all. A ptrace stop
+// runs no code in the thread and reaches it whatever its signal mask.
+//
+// The rules of crash_path.c apply here. The helper is a process of its own that shares our
+// thread's TLS, so it makes raw system calls only (glibc's syscall() would write the crashing
+// thread's errno), allocates nothing and touches nothing but the slots and the words below.
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "cc_internal.h"
+
+#ifndef PTRACE_SEIZE
+#define PTRACE_SEIZE 0x4206
+#define PTRACE_INTERRUPT 0x4207
+#define PTRACE_EVENT_STOP 128
+#endif
+#ifndef NT_PRSTATUS
+#define NT_PRSTATUS 1
+#endif
+
+enum {
+    CC_HELPER_STARTING = 0,
+    CC_HELPER_ALLOWED = 1,   // ptrace works: the first thread is seized, the others follow
+    CC_HELPER_REFUSED = 2,   // ptrace refused for the first thread: nothing was touched
+    CC_HELPER_DONE = 3,      // every seized thread has stopped (or exited)
+};
+
+static char cc_helper_stack[64 * 1024] __attribute__((aligned(64)));
+static cc_thread_slot *cc_frozen_slots;
+static int cc_frozen_count;
+static _Atomic uint32_t *cc_frozen_answers;
+static _Atomic uint32_t cc_helper_state;
+static _Atomic uint32_t cc_helper_go;
+static _Atomic uint32_t cc_helper_release;
+static int cc_helper_refusal;  // the errno of the refused PTRACE_SEIZE
+static pid_t cc_helper_pid;
+static int cc_dumpable_before = -1;  // put back once every thread is seized
+// Per slot: seized by the helper, its stop seen, and the signal a stop reported (handed back
+// at the detach).
+static bool cc_seized[CC_MAX_THREADS];
+static bool cc_stop_seen[CC_MAX_THREADS];
+static int cc_stop_signal[CC_MAX_THREADS];
+
+// MARK: - Raw system calls, for the helper
+
+static long cc_raw_syscall(long n, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+    long result;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    __asm__ volatile("syscall"
+                     : "=a"(result)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "rcx", "r11", "memory");
+    return result;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = n;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+    return x0;
+#else
+    (void)n, (void)a, (void)b, (void)c, (void)d, (void)e;
+    return -ENOSYS;
+#endif
+}
+
+static void cc_raw_wake(_Atomic uint32_t *word) {
+    cc_raw_syscall(SYS_futex, (long)word, FUTEX_WAKE, 0x7fffffff, 0, 0);
+}
+
+// MARK: - Registers into a context that libunwind can start from
+
+static bool cc_read_registers(pid_t tid, ucontext_t *context) {
+    memset(&context->uc_mcontext, 0, sizeof(context->uc_mcontext));
+#if defined(__x86_64__)
+    struct user_regs_struct r;
+    if (cc_raw_syscall(SYS_ptrace, PTRACE_GETREGS, tid, 0, (long)&r, 0) != 0) return false;
+    greg_t *g = context->uc_mcontext.gregs;
+    g[REG_R8] = (greg_t)r.r8, g[REG_R9] = (greg_t)r.r9, g[REG_R10] = (greg_t)r.r10, g[REG_R11] = (greg_t)r.r11;
+    g[REG_R12] = (greg_t)r.r12, g[REG_R13] = (greg_t)r.r13, g[REG_R14] = (greg_t)r.r14, g[REG_R15] = (greg_t)r.r15;
+    g[REG_RDI] = (greg_t)r.rdi, g[REG_RSI] = (greg_t)r.rsi, g[REG_RBP] = (greg_t)r.rbp, g[REG_RBX] = (greg_t)r.rbx;
+    g[REG_RDX] = (greg_t)r.rdx, g[REG_RAX] = (greg_t)r.rax, g[REG_RCX] = (greg_t)r.rcx, g[REG_RSP] = (greg_t)r.rsp;
+    g[REG_RIP] = (greg_t)r.rip, g[REG_EFL] = (greg_t)r.eflags;
+    return true;
+#elif defined(__aarch64__)
+    struct user_pt_regs r;
+    struct iovec io = {&r, sizeof(r)};
+    if (cc_raw_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, (long)&io, 0) != 0) return false;
+    for (int i = 0; i < 31; i++) context->uc_mcontext.regs[i] = r.regs[i];
+    context->uc_mcontext.sp = r.sp;
+    context->uc_mcontext.pc = r.pc;
+    context->uc_mcontext.pstate = r.pstate;
+    return true;
+#else
+    (void)tid;
+    return false;
+#endif
+}
+
+// MARK: - The helper process
+
+static void cc_answer(int index) {
+    int asked = CC_SLOT_ASKED;
+    if (!atomic_compare_exchange_strong(&cc_frozen_slots[index].state, &asked, CC_SLOT_CAPTURED)) return;
+    atomic_fetch_add(cc_frozen_answers, 1);
+    cc_raw_wake(cc_frozen_answers);
+}
+
+static void cc_miss(int index, const char *why) {
+    int asked = CC_SLOT_ASKED;
+    cc_frozen_slots[index].why = why;
+    if (atomic_compare_exchange_strong(&cc_frozen_slots[index].state, &asked, CC_SLOT_MISSED)) {
+        atomic_fetch_add(cc_frozen_answers, 1);
+        cc_raw_wake(cc_frozen_answers);
+    }
+}
+
+static int cc_slot_of(pid_t tid) {
+    for (int i = 0; i < cc_frozen_count; i++)
+        if (cc_frozen_slots[i].tid == tid) return i;
+    return -1;
+}
+
+static int cc_freeze_helper(void *unused) {
+    (void)unused;
+    // Every signal blocked: a fault here kills the helper alone, never runs our handler in it.
+    uint64_t all = ~(uint64_t)0;
+    cc_raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, 0, sizeof(all), 0);
+    // Gone with the crashing thread, which holds no thread frozen past the process's death.
+    cc_raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    while (atomic_load(&cc_helper_go) == 0)
+        cc_raw_syscall(SYS_futex, (long)&cc_helper_go, FUTEX_WAIT, 0, 0, 0);
+    int pending = 0, seized = 0;
+    for (int i = 0; i < cc_frozen_count; i++) {
+        pid_t tid = cc_frozen_slots[i].tid;
+        long result = cc_raw_syscall(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0, 0);
+        if (result == -EPERM && seized == 0) {
+            // Refused (Yama, seccomp, no capability): the caller asks by signal instead.
+            cc_helper_refusal = EPERM;
+            atomic_store(&cc_helper_state, CC_HELPER_REFUSED);
+            cc_raw_wake(&cc_helper_state);
+            return 0;
+        }
+        if (result != 0) {
+            cc_miss(i, result == -ESRCH ? "exited" : result == -EPERM ? "ptrace refused for this thread"
+                                                                      : "could not be seized");
+            continue;
+        }
+        if (seized++ == 0) {
+            atomic_store(&cc_helper_state, CC_HELPER_ALLOWED);
+            cc_raw_wake(&cc_helper_state);
+        }
+        cc_seized[i] = true;
+        if (cc_raw_syscall(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0, 0) != 0) {
+            cc_miss(i, "could not be interrupted");
+            continue;
+        }
+        pending++;
+    }
+    // The seizing was the only step that needed the process dumpable.
+    if (cc_dumpable_before >= 0) cc_raw_syscall(SYS_prctl, PR_SET_DUMPABLE, cc_dumpable_before, 0, 0, 0);
+    while (pending > 0) {
+        int status = 0;
+        long tid = cc_raw_syscall(SYS_wait4, -1, (long)&status, __WALL, 0, 0);
+        if (tid == -EINTR) continue;
+        if (tid <= 0) break;
+        int index = cc_slot_of((pid_t)tid);
+        if (index < 0 || cc_stop_seen[index]) continue;
+        cc_stop_seen[index] = true;
+        pending--;
+        if (WIFSTOPPED(status)) {
+            // A signal that arrived meanwhile stops the thread too: it is handed back at the detach.
+            if ((status >> 16) == 0) cc_stop_signal[index] = WSTOPSIG(status);
+            if (atomic_load(&cc_frozen_slots[index].state) != CC_SLOT_ASKED) continue;
+            if (cc_read_registers((pid_t)tid, &cc_frozen_slots[index].context))
+                cc_answer(index);
+            else
+                cc_miss(index, "its registers could not be read");
+        } else {
+            cc_seized[index] = false;  // exited or killed: nothing to detach
+            cc_miss(index, "exited");
+        }
+    }
+    atomic_store(&cc_helper_state, CC_HELPER_DONE);
+    cc_raw_wake(&cc_helper_state);
+    // Held until released (a chained handler needs the threads back) or until the process dies.
+    struct timespec bound = {60, 0};
+    while (atomic_load(&cc_helper_release) == 0)
+        if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT, 0, (long)&bound, 0) == -ETIMEDOUT)
+            break;
+    for (int i = 0; i < cc_frozen_count; i++)
+        if (cc_seized[i])
+            cc_raw_syscall(SYS_ptrace, PTRACE_DETACH, cc_frozen_slots[i].tid, 0, cc_stop_signal[i], 0);
+    return 0;
+}
+
+// MARK: - The crashing thread's side
+
+static void cc_restore_dumpable(void) {
+    if (cc_dumpable_before >= 0) prctl(PR_SET_DUMPABLE, cc_dumpable_before, 0, 0, 0);
+    cc_dumpable_before = -1;
+}
+
+void cc_freeze_prepare(void) { cc_touch_pages(cc_helper_stack + sizeof(cc_helper_stack) - 8192, 8192); }
+
+int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, const char **why) {
+    cc_frozen_slots = slots;
+    cc_frozen_count = count;
+    cc_frozen_answers = answers;
+    atomic_store(&cc_helper_state, CC_HELPER_STARTING);
+    atomic_store(&cc_helper_go, 0);
+    atomic_store(&cc_helper_release, 0);
+    memset(cc_seized, 0, sizeof(cc_seized));
+    memset(cc_stop_seen, 0, sizeof(cc_stop_seen));
+    memset(cc_stop_signal, 0, sizeof(cc_stop_signal));
+    // A process that is not dumpable can be traced only by a privileged tracer: dumpable while
+    // the helper seizes the threads (the check is made at the seizing only), then as it was, so
+    // that the core dump is what it would have been.
+    int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+    cc_dumpable_before = dumpable != 1 && dumpable >= 0 && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0 ? dumpable : -1;
+    // No exit signal: the app's SIGCHLD handler must not run for our helper.
+    pid_t helper = clone(cc_freeze_helper, cc_helper_stack + sizeof(cc_helper_stack),
+                         CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, NULL);
+    if (helper <= 0) {
+        cc_restore_dumpable();
+        *why = "clone refused";
+        return -1;
+    }
+    cc_helper_pid = helper;
+    // Yama (ptrace_scope 1) lets only a named tracer attach to us; elsewhere this fails harmlessly.
+    prctl(PR_SET_PTRACER, helper, 0, 0, 0);
+    atomic_store(&cc_helper_go, 1);
+    syscall(SYS_futex, &cc_helper_go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    // Until the helper knows whether ptrace is allowed (one system call for the first thread).
+    struct timespec tick = {0, 200 * 1000};
+    for (int waited = 0; waited < 5000 && atomic_load(&cc_helper_state) == CC_HELPER_STARTING; waited++)
+        syscall(SYS_futex, &cc_helper_state, FUTEX_WAIT, CC_HELPER_STARTING, &tick, NULL, 0);
+    uint32_t state = atomic_load(&cc_helper_state);
+    if (state != CC_HELPER_ALLOWED && state != CC_HELPER_DONE) cc_restore_dumpable();
+    if (state == CC_HELPER_REFUSED || state == CC_HELPER_STARTING) {
+        *why = state == CC_HELPER_REFUSED ? "ptrace refused" : "the freezing helper did not start";
+        cc_freeze_release();
+        return -1;
+    }
+    return 0;
+}
+
+void cc_freeze_release(void) {
+    if (cc_helper_pid <= 0) return;
+    atomic_store(&cc_helper_release, 1);
+    syscall(SYS_futex, &cc_helper_release, FUTEX_WAKE, 1, NULL, NULL, 0);
+    // The helper may still wait for a thread that never stops (an uninterruptible wait): after
+    // a short while it is killed, and the kernel detaches its tracees.
+    int status;
+    struct timespec tick = {0, 100 * 1000};
+    for (int waited = 0; waited < 200; waited++) {
+        if (syscall(SYS_wait4, cc_helper_pid, &status, __WALL | WNOHANG, NULL) != 0) goto reaped;
+        nanosleep(&tick, NULL);
+    }
+    syscall(SYS_kill, cc_helper_pid, SIGKILL);
+    syscall(SYS_wait4, cc_helper_pid, &status, __WALL, NULL);
+reaped:
+    cc_helper_pid = 0;
+    prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+}
