@@ -178,7 +178,8 @@ int main(int argc, char **argv) {
         if (strcmp(chain, "ignore") == 0) signal(signals[i], SIG_IGN);
     }
     if (strcmp(kind, "crash-at-exit") == 0) atexit(crash_after_the_session_ended);
-    const char *directory = getenv("CRASHCAPTURE_DIR");
+    // CRASH_SAMPLE_NO_INSTALL: the preload library alone captures (it reads CRASHCAPTURE_DIR too).
+    const char *directory = getenv("CRASH_SAMPLE_NO_INSTALL") == NULL ? getenv("CRASHCAPTURE_DIR") : NULL;
     if (directory != NULL) {
         crashcapture_property properties[] = {{"sample_kind", kind}, {"sample_context", context}};
         crashcapture_config config = {.directory = directory,

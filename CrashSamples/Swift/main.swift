@@ -1,4 +1,7 @@
-// crash-sample-swift KIND [--context CONTEXT] [--chain CHAIN]
+// crash-sample-swift KIND [--context CONTEXT] [--chain CHAIN] [--main-waits WAIT]
+//
+// --main-waits: the crash comes 100 ms later in CONTEXT while the main thread waits once in
+// WAIT (sample_main_wait's list, or dispatchMain) and then ends the program with exit(0).
 //
 // Crashes on request, for the crash-test harness. Installs CrashCapture first when
 // CRASHCAPTURE_DIR is set; without it the same crash runs uncaptured (the baseline).
@@ -229,11 +232,13 @@ guard let kind = arguments.first else {
 }
 var context = "main"
 var chain = "none"
+var mainWaits: String?
 var index = 1
 while index < arguments.count {
     switch arguments[index] {
     case "--context" where index + 1 < arguments.count: context = arguments[index + 1]
     case "--chain" where index + 1 < arguments.count: chain = arguments[index + 1]
+    case "--main-waits" where index + 1 < arguments.count: mainWaits = arguments[index + 1]
     default: fail("unexpected argument \(arguments[index])")
     }
     index += 2
@@ -277,6 +282,30 @@ let sampleKind = kind
 if kind.hasPrefix("pipeline-") {
     let count = Int(environment["CRASH_SAMPLE_EVENTS"] ?? "10") ?? 10
     _ = runPipelineKind(kind, count: count)
+    exit(0)
+}
+if let mainWaits {
+    // Long enough for the main thread to be inside its wait.
+    let settle: useconds_t = 100_000
+    switch context {
+    case "pthread": sample_start_crash_later(runNamedKind, strdup(kind))  // read 100 ms later
+    case "dispatch": DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) { run(sampleKind) }
+    case "thread":
+        let thread = Thread {
+            usleep(settle)
+            run(sampleKind)
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    case "task":
+        Task.detached {
+            usleep(settle)
+            run(sampleKind)
+        }
+    default: fail("--main-waits needs a context other than main: pthread, dispatch, thread, task")
+    }
+    if mainWaits == "dispatchMain" { dispatchMain() }
+    guard sample_main_wait(mainWaits) == 0 else { fail("unknown wait \(mainWaits)") }
     exit(0)
 }
 switch context {

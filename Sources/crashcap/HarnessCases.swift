@@ -52,30 +52,92 @@ struct HarnessCase: Sendable {
         var crashedToo: String? = nil
     }
 
+    /// Who installs the capture in the sample: its own call (the C API or the Swift SDK), the
+    /// preload library alone, or both at once (which must still give one report).
+    enum Installer: String, Sendable {
+        case own, preload, both
+    }
+
     var program: Program
     var kind: String
     var context = "main"
     var chain = "none"
+    /// The crash comes on another thread while the main thread waits once in this way, then
+    /// returns from main (sample_main_wait): a wait ended by the capture would let it exit.
+    var mainWaits: String? = nil
+    var installer = Installer.own
     var environment: [String: String] = [:]
     var expect: Expectation
 
     var name: String {
         var name = "\(program.rawValue)/\(kind)"
         if context != "main" { name += "@\(context)" }
+        if let mainWaits { name += "@main-in-\(mainWaits)" }
+        if installer != .own { name += "+\(installer == .both ? "preload+own" : "preload")" }
         if chain != "none" { name += "+\(chain)" }
         if let backtrace = environment["SWIFT_BACKTRACE"], backtrace.hasPrefix("enable=yes") {
             name += "+swift-backtracer"
         }
+        if environment["SWIFT_BACKTRACE"] == "unset" { name += "+swift-backtrace-unset" }
+        if environment["CRASH_SAMPLE_DENY_PTRACE"] != nil { name += "+ptrace-denied" }
         if environment["CRASH_SAMPLE_FAULT_IN_HANDLER"] != nil { name += "+fault-in-handler" }
         return name
     }
 
     /// Kinds whose repeated runs measure the capture rate under the most stress.
-    var isStressKind: Bool { kind == "concurrent-8" || kind.hasSuffix("stack-overflow") }
+    var isStressKind: Bool { kind == "concurrent-8" || kind.hasSuffix("stack-overflow") || mainWaits != nil }
 }
 
 enum HarnessMatrix {
-    static func all() -> [HarnessCase] { swiftCases() + cCases() + chainCases() + preloadCases() }
+    static func all() -> [HarnessCase] {
+        swiftCases() + cCases() + chainCases() + preloadCases() + mainWaitCases()
+    }
+
+    /// A crash on one thread while the main thread waits as real programs' main threads do.
+    /// Every run: one report, with the main thread's stack, and death by the crash's signal.
+    static func mainWaitCases() -> [HarnessCase] {
+        let waits = ["sleep", "nanosleep", "pause", "poll", "epoll_wait", "select", "read", "sigwait", "futex", "join"]
+        let mainThread = ["crash-sample-c": "sample_main_wait"]
+        func c(_ wait: String, _ installer: HarnessCase.Installer, environment: [String: String] = [:]) -> HarnessCase {
+            HarnessCase(
+                program: .cSample, kind: "null-read", mainWaits: wait, installer: installer, environment: environment,
+                expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read", threads: mainThread))
+        }
+        var cases = waits.map { c($0, .own) }
+        cases += ["sleep", "epoll_wait", "pause", "sigwait"].map { c($0, .preload) }
+        cases += ["sleep", "epoll_wait"].map { c($0, .both) }
+        // ptrace refused (a seccomp filter): the signal fallback must lose nothing either.
+        cases += ["sleep", "epoll_wait", "poll"].map { c($0, .own, environment: ["CRASH_SAMPLE_DENY_PTRACE": "1"]) }
+        let swiftMain = ["crash-sample-sw": "sample_main_wait"]
+        for context in ["pthread", "dispatch", "thread", "task"] {
+            for wait in ["sleep", "epoll_wait"] {
+                cases.append(
+                    HarnessCase(
+                        program: .swiftSample, kind: "swift-null-read", context: context, mainWaits: wait,
+                        expect: .init(signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain)))
+            }
+        }
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-stack-overflow", context: "thread", mainWaits: "sleep",
+                expect: .init(signal: SIGSEGV, frame: "crashSwiftRecursion", topFrames: 3, threads: swiftMain)))
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-force-unwrap", context: "dispatch", mainWaits: "dispatchMain",
+                expect: .init(signal: SIGILL, code: "ILL_ILLOPN", frame: "crashSwiftForceUnwrap")))
+        // The Swift runtime's backtracer left as the runtime sets it (on), and chained to. Not
+        // with epoll_wait: the backtracer's own signals end that wait, and without us the
+        // program exits 0 (seen); the harness compares with that run.
+        for wait in ["sleep"] {
+            cases.append(
+                HarnessCase(
+                    program: .swiftSample, kind: "swift-force-unwrap", context: "dispatch", mainWaits: wait,
+                    environment: ["SWIFT_BACKTRACE": "unset"],
+                    expect: .init(
+                        signal: SIGILL, code: "ILL_ILLOPN", frame: "crashSwiftForceUnwrap", threads: swiftMain)))
+        }
+        return cases
+    }
 
     static func swiftCases() -> [HarnessCase] {
         func trap(_ kind: String, _ frame: String, message: String?, inRelease: Bool = false) -> HarnessCase {
@@ -197,6 +259,11 @@ enum HarnessMatrix {
             c(
                 "thread-blocks-signals",
                 .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
+                    threads: ["park-sleep": "sample_park_in_nanosleep", "blocker": "sample_block_everything"])),
+            HarnessCase(
+                program: .cSample, kind: "thread-blocks-signals", environment: ["CRASH_SAMPLE_DENY_PTRACE": "1"],
+                expect: .init(
                     signal: SIGSEGV, code: "SEGV_MAPERR", frame: "sample_null_read",
                     threads: ["park-sleep": "sample_park_in_nanosleep"],
                     threadsNotCaptured: ["blocker": "blocks every signal"])),

@@ -125,11 +125,17 @@ struct HarnessRunner {
         case .swiftSample, .cSample:
             let sample = test.program == .swiftSample ? "crash-sample-swift" : "crash-sample-c"
             if !captured { env.removeValue(forKey: "CRASH_SAMPLE_FAULT_IN_HANDLER") }
-            return .success(
-                (
-                    environment.buildDirectory + "/" + sample,
-                    [test.kind, "--context", test.context, "--chain", test.chain], env
-                ))
+            if env["SWIFT_BACKTRACE"] == "unset" { env.removeValue(forKey: "SWIFT_BACKTRACE") }
+            if captured && test.installer != .own {
+                guard let library = environment.preloadLibrary else {
+                    return .failure(CommandFailure("libCrashCapturePreload.so not found: run Scripts/build-preload.sh"))
+                }
+                env["LD_PRELOAD"] = library
+                if test.installer == .preload { env["CRASH_SAMPLE_NO_INSTALL"] = "1" }
+            }
+            var arguments = [test.kind, "--context", test.context, "--chain", test.chain]
+            if let wait = test.mainWaits { arguments += ["--main-waits", wait] }
+            return .success((environment.buildDirectory + "/" + sample, arguments, env))
         case .python, .plainC:
             guard let library = environment.preloadLibrary else {
                 return .failure(CommandFailure("libCrashCapturePreload.so not found: run Scripts/build-preload.sh"))

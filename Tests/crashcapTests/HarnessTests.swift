@@ -42,11 +42,27 @@ import Testing
     }
 
     @Test func repeatedStressRunsMissNothing() throws {
-        let (result, json) = try harness(["--repeat", "10", "--json"])
+        // The eight classic stress kinds and a stack overflow while the main thread sleeps.
+        let (result, json) = try harness([
+            "--repeat", "10", "--json", "--filter", "concurrent-8", "--filter", "stack-overflow",
+        ])
         let rows = try #require(json as? [[String: Any]], "\(result.stdout.prefix(300))")
-        #expect(rows.count == 8)
+        #expect(rows.count == 9, "\(rows.map { $0["case"] ?? "?" })")
         for row in rows {
             #expect(row["runs"] as? Int == 10)
+            #expect(row["misses"] as? Int == 0, "\(row)")
+        }
+        #expect(result.exitCode == 0)
+    }
+
+    /// The wait that a crash reporter's signals end with EINTR, while another thread crashes:
+    /// under the preload, the C API, both at once, ptrace refused, and in every Swift context.
+    @Test func crashWhileMainWaitsInEpollIsNeverLost() throws {
+        let (result, json) = try harness(["--repeat", "20", "--json", "--filter", "main-in-epoll_wait"])
+        let rows = try #require(json as? [[String: Any]], "\(result.stdout.prefix(300))")
+        #expect(rows.count >= 8, "\(rows.map { $0["case"] ?? "?" })")
+        for row in rows {
+            #expect(row["runs"] as? Int == 20)
             #expect(row["misses"] as? Int == 0, "\(row)")
         }
         #expect(result.exitCode == 0)

@@ -88,7 +88,7 @@ static long cc_raw_syscall(long n, long a, long b, long c, long d, long e) {
 }
 
 static void cc_raw_wake(_Atomic uint32_t *word) {
-    cc_raw_syscall(SYS_futex, (long)word, FUTEX_WAKE, 0x7fffffff, 0, 0);
+    cc_raw_syscall(SYS_futex, (long)word, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0);
 }
 
 // MARK: - Registers into a context that libunwind can start from
@@ -152,7 +152,7 @@ static int cc_freeze_helper(void *unused) {
     // Gone with the crashing thread, which holds no thread frozen past the process's death.
     cc_raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     while (atomic_load(&cc_helper_go) == 0)
-        cc_raw_syscall(SYS_futex, (long)&cc_helper_go, FUTEX_WAIT, 0, 0, 0);
+        cc_raw_syscall(SYS_futex, (long)&cc_helper_go, FUTEX_WAIT_PRIVATE, 0, 0, 0);
     int pending = 0, seized = 0;
     for (int i = 0; i < cc_frozen_count; i++) {
         pid_t tid = cc_frozen_slots[i].tid;
@@ -209,7 +209,7 @@ static int cc_freeze_helper(void *unused) {
     // Held until released (a chained handler needs the threads back) or until the process dies.
     struct timespec bound = {60, 0};
     while (atomic_load(&cc_helper_release) == 0)
-        if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT, 0, (long)&bound, 0) == -ETIMEDOUT)
+        if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT_PRIVATE, 0, (long)&bound, 0) == -ETIMEDOUT)
             break;
     for (int i = 0; i < cc_frozen_count; i++)
         if (cc_seized[i])
@@ -253,11 +253,11 @@ int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers,
     // Yama (ptrace_scope 1) lets only a named tracer attach to us; elsewhere this fails harmlessly.
     prctl(PR_SET_PTRACER, helper, 0, 0, 0);
     atomic_store(&cc_helper_go, 1);
-    syscall(SYS_futex, &cc_helper_go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    syscall(SYS_futex, &cc_helper_go, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     // Until the helper knows whether ptrace is allowed (one system call for the first thread).
     struct timespec tick = {0, 200 * 1000};
     for (int waited = 0; waited < 5000 && atomic_load(&cc_helper_state) == CC_HELPER_STARTING; waited++)
-        syscall(SYS_futex, &cc_helper_state, FUTEX_WAIT, CC_HELPER_STARTING, &tick, NULL, 0);
+        syscall(SYS_futex, &cc_helper_state, FUTEX_WAIT_PRIVATE, CC_HELPER_STARTING, &tick, NULL, 0);
     uint32_t state = atomic_load(&cc_helper_state);
     if (state != CC_HELPER_ALLOWED && state != CC_HELPER_DONE) cc_restore_dumpable();
     if (state == CC_HELPER_REFUSED || state == CC_HELPER_STARTING) {
@@ -271,7 +271,7 @@ int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers,
 void cc_freeze_release(void) {
     if (cc_helper_pid <= 0) return;
     atomic_store(&cc_helper_release, 1);
-    syscall(SYS_futex, &cc_helper_release, FUTEX_WAKE, 1, NULL, NULL, 0);
+    syscall(SYS_futex, &cc_helper_release, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     // The helper may still wait for a thread that never stops (an uninterruptible wait): after
     // a short while it is killed, and the kernel detaches its tracees.
     int status;
