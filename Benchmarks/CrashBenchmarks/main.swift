@@ -221,15 +221,16 @@ func crashBenchmarks(runs: Int) throws {
     // install and with install's writes on disk.
     print("## Handler time by thread count (\(runs) crashes each, ms)\n")
     print(
-        "| threads | median | p90 | other threads' share of the median | install's writes on disk: median | p90 | crash file (KiB) |"
+        "| threads | median | p90 | other threads' share of the median | handler's own work (handler − flush): median | install's writes on disk: median | p90 | crash file (KiB) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for threads in [1, 16, 64, 256] {
         var row = "| \(threads) |"
         var sizes: [Double] = []
         for (index, (_, environment)) in moments.enumerated() {
             var totals: [Double] = []
             var others: [Double] = []
+            var ownWork: [Double] = []
             let directory = temporaryDirectory()
             for _ in 0..<runs {
                 _ = try timedRun(
@@ -245,6 +246,7 @@ func crashBenchmarks(runs: Int) throws {
                     if let timing = report.timing {
                         totals.append(Double(timing.handlerNanoseconds) / 1e6)
                         others.append(Double(timing.otherThreadsNanoseconds) / 1e6)
+                        ownWork.append(Double(timing.handlerNanoseconds - timing.fdatasyncNanoseconds) / 1e6)
                     }
                     sizes.append(Double(contents.records.reduce(0) { $0 + 16 + $1.payload.count }) / 1024)
                     try FileManager.default.removeItem(atPath: directory + "/" + file)
@@ -252,7 +254,10 @@ func crashBenchmarks(runs: Int) throws {
             }
             let t = Statistics(totals)
             row += " \(format(t.median)) | \(format(t.percentile(0.9))) |"
-            if index == 0 { row += " \(format(100 * Statistics(others).median / t.median, 0)) % |" }
+            if index == 0 {
+                row +=
+                    " \(format(100 * Statistics(others).median / t.median, 0)) % | \(format(Statistics(ownWork).median)) |"
+            }
         }
         print(row + " \(format(Statistics(sizes).median, 1)) |")
     }
@@ -287,6 +292,25 @@ func crashBenchmarks(runs: Int) throws {
     print(
         "\nCrashCapture / no handler: \(format(threaded[1] / threaded[0], 2))x; "
             + "CrashCapture / Swift backtracer (threads=all): \(format(threaded[1] / threaded[2], 2))x\n")
+
+    // 6. A Swift program whose Dispatch workers are alive (they block every signal): a Swift
+    // null read on a Dispatch queue with 4 workers parked, spawn to death.
+    print("## Whole-process cost of a Swift crash on Dispatch, 4 workers parked (\(runs) runs each, ms)\n")
+    let swiftSample = buildDirectory + "/crash-sample-swift"
+    let dispatch = ["CRASH_SAMPLE_DISPATCH_WORKERS": "4"]
+    let swift = try wholeProcessCost(
+        swiftSample, ["swift-null-read", "--context", "dispatch"], runs: runs,
+        variants: [
+            ("no handler", dispatch.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }, false),
+            ("CrashCapture", dispatch.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }, true),
+            (
+                "Swift runtime backtracer", dispatch.merging(["SWIFT_BACKTRACE": "enable=yes,interactive=no"]) { $1 },
+                false
+            ),
+        ])
+    print(
+        "\nCrashCapture adds \(format(swift[1] - swift[0], 2)) ms; the Swift backtracer adds \(format(swift[2] - swift[0], 2)) ms; "
+            + "ratio of the added costs: \(format((swift[1] - swift[0]) / (swift[2] - swift[0]), 3))x\n")
 
 }
 

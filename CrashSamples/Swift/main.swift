@@ -284,6 +284,18 @@ if kind.hasPrefix("pipeline-") {
     _ = runPipelineKind(kind, count: count)
     exit(0)
 }
+// CRASH_SAMPLE_DISPATCH_WORKERS=N: N Dispatch workers parked before the crash, as a server's are.
+if let workers = environment["CRASH_SAMPLE_DISPATCH_WORKERS"].flatMap(Int.init), workers > 0 {
+    let parked = DispatchGroup()
+    for _ in 0..<workers {
+        parked.enter()
+        DispatchQueue.global().async {
+            parked.leave()
+            while true { sleep(3600) }
+        }
+    }
+    parked.wait()
+}
 if let mainWaits {
     // Long enough for the main thread to be inside its wait.
     let settle: useconds_t = 100_000

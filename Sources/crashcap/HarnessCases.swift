@@ -125,13 +125,13 @@ enum HarnessMatrix {
             HarnessCase(
                 program: .swiftSample, kind: "swift-force-unwrap", context: "dispatch", mainWaits: "dispatchMain",
                 expect: .init(signal: SIGILL, code: "ILL_ILLOPN", frame: "crashSwiftForceUnwrap")))
-        // The Swift runtime's backtracer left as the runtime sets it (on), and chained to. Not
-        // with epoll_wait: the backtracer's own signals end that wait, and without us the
-        // program exits 0 (seen); the harness compares with that run.
-        for wait in ["sleep"] {
+        // The Swift runtime's backtracer left as the runtime sets it (on), and chained to. With
+        // the main thread in a join: the backtracer's own signals end a sleep or an epoll_wait,
+        // and without us such a program exits 0 (seen); the harness compares with that run.
+        for wait in ["join"] {
             cases.append(
                 HarnessCase(
-                    program: .swiftSample, kind: "swift-force-unwrap", context: "dispatch", mainWaits: wait,
+                    program: .swiftSample, kind: "swift-force-unwrap", context: "pthread", mainWaits: wait,
                     environment: ["SWIFT_BACKTRACE": "unset"],
                     expect: .init(
                         signal: SIGILL, code: "ILL_ILLOPN", frame: "crashSwiftForceUnwrap", threads: swiftMain)))

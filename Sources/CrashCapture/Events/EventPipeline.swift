@@ -311,6 +311,9 @@ final class EventPipeline: @unchecked Sendable {
     /// The session's normal end: $AppEnd, everything into the store, the session file removed
     /// (nothing is left for a later start to pair), a last bounded upload.
     func end(reason: String, uploadDeadline: Double) {
+        // Another thread is reporting a crash: this session ends as crashed, not here. Waits
+        // (bounded) for the process to die of it, then deletes and records nothing.
+        guard crashcapture_crash_in_progress() == 0 else { return }
         lock.lock()
         let first = !ended
         ended = true
