@@ -87,8 +87,13 @@ package struct SessionRecovery: Sendable {
             // waits for the next recovery, which takes the two together (the session's
             // breadcrumbs and end with the crash); replayed alone now, its session would be
             // closed later without it.
-            return listed.contains(session)
-                || replayer.folder?.contains(SessionFile.fileName(sessionID: session)) != true
+            if listed.contains(session) { return true }
+            if replayer.folder?.contains(SessionFile.fileName(sessionID: session)) == true { return false }
+            // No session file yet: an install between naming its crash file and its session file,
+            // or a process that had none. Only the second goes alone: the first still holds its
+            // crash file's lock, and crashing right after this listing, it would otherwise have
+            // its report taken without its session (seen with `crashcap watch` under load).
+            return !Self.isLocked(name, in: replayer.folder)
         }
         summary.crashFiles.files = replayer.replay(alone)
         return summary
@@ -346,6 +351,13 @@ package struct SessionRecovery: Sendable {
             return UInt64(line.dropFirst("oom_kill ".count))
         }
         return nil
+    }
+
+    /// Whether a live process holds the file's lock (a named crash file's, from install on).
+    static func isLocked(_ name: String, in folder: CaptureDirectory?) -> Bool {
+        guard let folder, let fd = try? folder.openForReading(name) else { return false }
+        defer { close(fd) }
+        return flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK
     }
 
     /// Same boot, same pid namespace, and a process with that pid started at the same tick.
