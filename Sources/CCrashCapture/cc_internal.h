@@ -218,6 +218,9 @@ typedef struct cc_thread_slot {
     _Atomic int state;
     char name[16];
     char run_state;   // from /proc/self/task/<tid>/stat: R, S, D, T, ...
+    // Frozen by our helper: 1 if its registers show it inside a system call, 0 if not, -1 unknown.
+    // Its stat, read while the helper works, may already say 't' (our ptrace stop).
+    signed char in_system_call;
     const char *why;  // when not captured
     bool unwind_faulted;
     bool unwound;
@@ -236,6 +239,7 @@ int cc_threads_total_count(void);
 cc_thread_slot *cc_thread_slot_at(int index);
 bool cc_thread_captured(const cc_thread_slot *slot);
 int cc_threads_freeze_method(void);
+char cc_thread_state(const cc_thread_slot *slot);
 const char *cc_threads_freeze_note(void);
 void cc_threads_release(void);
 void cc_threads_release_held(void);

@@ -858,7 +858,7 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
         cc_buf_append_i64(b, slot->tid);
         cc_buf_append_str(b, ",\"name\":");
         cc_buf_append_json_string(b, slot->name, sizeof(slot->name));
-        cc_append_state(b, slot->run_state);
+        cc_append_state(b, cc_thread_state(slot));
         if (cc_thread_crashed_too(slot->tid)) cc_buf_append_str(b, ",\"crashed_too\":true");
         if (!cc_thread_captured(slot)) {
             cc_buf_append_str(b, ",\"captured\":false,\"why\":");

@@ -112,7 +112,6 @@ static void cc_task_path(char *out, size_t cap, pid_t tid, const char *leaf) {
 // parentheses, so the last ')' ends it.
 static void cc_describe_thread(int task_dir, cc_thread_slot *slot) {
     char path[64], text[512];
-    slot->name[0] = '\0';
     slot->run_state = '?';
     cc_task_path(path, sizeof(path), slot->tid, "stat");
     size_t n = cc_read_proc(task_dir, path, text, sizeof(text));
@@ -121,11 +120,19 @@ static void cc_describe_thread(int task_dir, cc_thread_slot *slot) {
         if (text[i] == '(' && open == 0) open = i + 1;
         if (text[i] == ')') close = i;
     }
-    if (open == 0 || close < open) return;
+    if (open == 0 || close < open) return;  // gone: the name read before, if any, stays
     size_t length = close - open < sizeof(slot->name) - 1 ? close - open : sizeof(slot->name) - 1;
     memcpy(slot->name, text + open, length);
     slot->name[length] = '\0';
     if (close + 2 < n) slot->run_state = text[close + 2];
+}
+
+static void cc_name_thread(int task_dir, cc_thread_slot *slot) {
+    char path[64];
+    slot->run_state = '?';
+    cc_task_path(path, sizeof(path), slot->tid, "comm");
+    size_t n = cc_read_proc(task_dir, path, slot->name, sizeof(slot->name));
+    if (n > 0 && slot->name[n - 1] == '\n') slot->name[n - 1] = '\0';
 }
 
 // Whether the thread blocks our signal (SigBlk in its status, a hex mask).
@@ -196,23 +203,39 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
             slot->unwind_faulted = false;
             slot->unwound = false;
             slot->why = NULL;
+            slot->name[0] = '\0';
             atomic_store(&slot->state, CC_SLOT_ASKED);
         }
     }
     cc_task_dir = dir;  // kept for the threads that are not captured
     atomic_store(&cc_release_word, 0);
     atomic_store(&cc_answer_word, 0);
-    // Every thread is described (its state as the crash found it) before any is frozen: one
-    // snapshot.
-    for (int i = 0; i < cc_slot_count; i++) cc_describe_thread(dir, &cc_slots[i]);
     if (cc_slot_count == 0) return 0;
     atomic_store(&cc_asked_count, (uint32_t)cc_slot_count);
+    for (int i = 0; i < cc_slot_count; i++) cc_slots[i].in_system_call = -1;
     if (!cc_global.freeze_by_signal_only && cc_freeze_start(cc_slots, cc_slot_count, &cc_answer_word, &cc_freeze_note) == 0) {
         cc_freeze_method = CC_FROZEN_BY_PTRACE;
+        // Named while the helper freezes them, on the other core: reading 256 threads' stat
+        // first took 2.5 ms, all of it before the first was stopped. Only the name (comm, which
+        // the kernel formats faster than stat); the state comes from the registers, or, for a
+        // thread not captured, from its stat read when the wait is over. (Sharing the naming
+        // with the helper measured slower: 5.3-5.7 against 4.6-5.0 ms at 256 threads.)
+        for (int i = 0; i < cc_slot_count; i++) cc_name_thread(dir, &cc_slots[i]);
         return cc_slot_count;
     }
     if (cc_global.freeze_by_signal_only) cc_freeze_note = "ptrace not tried (CRASHCAPTURE_FREEZE=signal)";
+    // Every thread is described (its state as the crash found it) before any is asked: one
+    // snapshot.
+    for (int i = 0; i < cc_slot_count; i++) cc_describe_thread(dir, &cc_slots[i]);
     return cc_threads_ask_by_signal();
+}
+
+// The state for the report: for a thread our helper stopped, running or in a system call (a
+// sleep, a wait) as its registers show; else what its stat said.
+char cc_thread_state(const cc_thread_slot *slot) {
+    if (cc_freeze_method == CC_FROZEN_BY_PTRACE && slot->in_system_call >= 0 && cc_thread_captured(slot))
+        return slot->in_system_call ? 'S' : 'R';
+    return slot->run_state;
 }
 
 // The fallback: each thread asked by signal. A thread whose mask blocks the signal cannot
@@ -270,8 +293,11 @@ void cc_threads_await(bool (*meanwhile)(void)) {
     }
     for (int i = 0; i < cc_slot_count; i++) {
         int asked = CC_SLOT_ASKED;
-        if (atomic_compare_exchange_strong(&cc_slots[i].state, &asked, CC_SLOT_MISSED))
-            cc_slots[i].why = cc_why_missed(&cc_slots[i], signo);
+        bool missed_now = atomic_compare_exchange_strong(&cc_slots[i].state, &asked, CC_SLOT_MISSED);
+        // Under ptrace only the name was read: a thread not captured gets its state too.
+        if (cc_freeze_method == CC_FROZEN_BY_PTRACE && (missed_now || !cc_thread_captured(&cc_slots[i])))
+            cc_describe_thread(cc_task_dir, &cc_slots[i]);
+        if (missed_now) cc_slots[i].why = cc_why_missed(&cc_slots[i], signo);
     }
     close(cc_task_dir);
     cc_task_dir = -1;

@@ -95,7 +95,7 @@ static void cc_raw_wake(_Atomic uint32_t *word) {
 
 // MARK: - Registers into a context that libunwind can start from
 
-static bool cc_read_registers(pid_t tid, ucontext_t *context) {
+static bool cc_read_registers(pid_t tid, ucontext_t *context, signed char *in_system_call) {
     memset(&context->uc_mcontext, 0, sizeof(context->uc_mcontext));
 #if defined(__x86_64__)
     struct user_regs_struct r;
@@ -106,6 +106,7 @@ static bool cc_read_registers(pid_t tid, ucontext_t *context) {
     g[REG_RDI] = (greg_t)r.rdi, g[REG_RSI] = (greg_t)r.rsi, g[REG_RBP] = (greg_t)r.rbp, g[REG_RBX] = (greg_t)r.rbx;
     g[REG_RDX] = (greg_t)r.rdx, g[REG_RAX] = (greg_t)r.rax, g[REG_RCX] = (greg_t)r.rcx, g[REG_RSP] = (greg_t)r.rsp;
     g[REG_RIP] = (greg_t)r.rip, g[REG_EFL] = (greg_t)r.eflags;
+    *in_system_call = (long)r.orig_rax != -1;
     return true;
 #elif defined(__aarch64__)
     struct user_pt_regs r;
@@ -117,7 +118,7 @@ static bool cc_read_registers(pid_t tid, ucontext_t *context) {
     context->uc_mcontext.pstate = r.pstate;
     return true;
 #else
-    (void)tid;
+    (void)tid, (void)in_system_call;
     return false;
 #endif
 }
@@ -200,7 +201,7 @@ static int cc_freeze_helper(void *unused) {
             // A signal that arrived meanwhile stops the thread too: it is handed back at the detach.
             if ((status >> 16) == 0) cc_stop_signal[index] = WSTOPSIG(status);
             if (atomic_load(&cc_frozen_slots[index].state) != CC_SLOT_ASKED) continue;
-            if (cc_read_registers((pid_t)tid, &cc_frozen_slots[index].context))
+            if (cc_read_registers((pid_t)tid, &cc_frozen_slots[index].context, &cc_frozen_slots[index].in_system_call))
                 cc_answer(index);
             else
                 cc_miss(index, "its registers could not be read");
