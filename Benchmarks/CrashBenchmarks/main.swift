@@ -46,6 +46,30 @@ func timedRun(_ path: String, _ arguments: [String], _ environment: [String: Str
     return (ms, signaled ? wait & 0x7f : nil)
 }
 
+/// From the moment the program says it crashes (`crash-at-ns`, CLOCK_MONOTONIC, on stdout) to its
+/// death as the parent sees it: the crash alone, without the program's start.
+func timedCrash(_ path: String, _ arguments: [String], _ environment: [String: String]) throws -> (
+    ms: Double, signal: Int32?
+) {
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "CRASHCAPTURE_DIR")
+    for (key, value) in environment { env[key] = value }
+    env["CRASH_SAMPLE_CRASH_TIME"] = "1"
+    let output = temporaryDirectory() + "/stdout"
+    let pid = try CleanSpawn.spawn(path, arguments: arguments, environment: env, stdout: output, stderr: "/dev/null")
+    var wait: Int32 = 0
+    while waitpid(pid, &wait, 0) < 0 && errno == EINTR {}
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    let died = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+    guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("crash-at-ns ") }),
+        let crashed = Int64(line.dropFirst("crash-at-ns ".count))
+    else { throw CrashCaptureError.io("\(path) printed no crash-at-ns: \(text.prefix(200))") }
+    let signaled = (wait & 0x7f) != 0 && (wait & 0x7f) != 0x7f
+    return (Double(died - crashed) / 1e6, signaled ? wait & 0x7f : nil)
+}
+
 /// Every directory made, removed when the benchmarks end: a pipeline run writes hundreds of
 /// megabytes, and left behind they would slow the next run's disk.
 nonisolated(unsafe) var temporaryDirectories: [String] = []
@@ -294,12 +318,14 @@ func crashBenchmarks(runs: Int) throws {
             + "CrashCapture / Swift backtracer (threads=all): \(format(threaded[1] / threaded[2], 2))x\n")
 
     // 6. A Swift program whose Dispatch workers are alive (they block every signal): a Swift
-    // null read on a Dispatch queue with 4 workers parked, spawn to death.
-    print("## Whole-process cost of a Swift crash on Dispatch, 4 workers parked (\(runs) runs each, ms)\n")
+    // null read on a Dispatch queue with 4 workers parked, from the crash to the process's death
+    // (parking the workers takes Dispatch a second or more to grow its pool on two cores, which
+    // would drown the figure if timed from the spawn).
+    print("## Cost of a Swift crash on Dispatch, 4 workers parked (\(runs) runs each, ms from the crash to death)\n")
     let swiftSample = buildDirectory + "/crash-sample-swift"
     let dispatch = ["CRASH_SAMPLE_DISPATCH_WORKERS": "4"]
     let swift = try wholeProcessCost(
-        swiftSample, ["swift-null-read", "--context", "dispatch"], runs: runs,
+        swiftSample, ["swift-null-read", "--context", "dispatch"], runs: runs, timing: timedCrash,
         variants: [
             ("no handler", dispatch.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }, false),
             ("CrashCapture", dispatch.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }, true),
@@ -316,7 +342,9 @@ func crashBenchmarks(runs: Int) throws {
 
 /// Spawn to death for each variant (name, environment, captured), as a table; the medians in order.
 func wholeProcessCost(
-    _ sample: String, _ arguments: [String], runs: Int, variants: [(String, [String: String], Bool)]
+    _ sample: String, _ arguments: [String], runs: Int,
+    timing: (String, [String], [String: String]) throws -> (ms: Double, signal: Int32?) = timedRun,
+    variants: [(String, [String: String], Bool)]
 ) throws -> [Double] {
     print("| variant | median | p90 | died of |")
     print("|---|---|---|---|")
@@ -328,7 +356,7 @@ func wholeProcessCost(
         for _ in 0..<runs {
             var env = environment
             if capture { env["CRASHCAPTURE_DIR"] = directory }
-            let (ms, signal) = try timedRun(sample, arguments, env)
+            let (ms, signal) = try timing(sample, arguments, env)
             times.append(ms)
             signals.insert(signal ?? 0)
         }

@@ -284,6 +284,16 @@ if kind.hasPrefix("pipeline-") {
     _ = runPipelineKind(kind, count: count)
     exit(0)
 }
+/// CRASH_SAMPLE_CRASH_TIME=1: CLOCK_MONOTONIC in ns on stdout just before the crash, so that a
+/// benchmark can time the crash alone, apart from the program's start.
+@Sendable func markCrashTime() {
+    guard getenv("CRASH_SAMPLE_CRASH_TIME") != nil else { return }
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    let line = "crash-at-ns \(Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec))\n"
+    _ = line.withCString { write(1, $0, strlen($0)) }
+}
+
 // CRASH_SAMPLE_DISPATCH_WORKERS=N: N Dispatch workers parked before the crash, as a server's are.
 if let workers = environment["CRASH_SAMPLE_DISPATCH_WORKERS"].flatMap(Int.init), workers > 0 {
     let parked = DispatchGroup()
@@ -326,7 +336,10 @@ case "main":
 case "pthread":
     sample_on_pthread(runNamedKind, kind)
 case "dispatch":
-    DispatchQueue.global().async { run(sampleKind) }
+    DispatchQueue.global().async {
+        markCrashTime()
+        run(sampleKind)
+    }
     dispatchMain()
 case "thread":
     let thread = Thread { run(sampleKind) }

@@ -80,6 +80,7 @@ struct HarnessCase: Sendable {
         }
         if environment["SWIFT_BACKTRACE"] == "unset" { name += "+swift-backtrace-unset" }
         if environment["CRASH_SAMPLE_DENY_PTRACE"] != nil { name += "+ptrace-denied" }
+        if let workers = environment["CRASH_SAMPLE_DISPATCH_WORKERS"] { name += "+\(workers)-dispatch-workers" }
         if environment["CRASH_SAMPLE_FAULT_IN_HANDLER"] != nil { name += "+fault-in-handler" }
         return name
     }
@@ -111,12 +112,20 @@ enum HarnessMatrix {
         let swiftMain = ["crash-sample-sw": "sample_main_wait"]
         for context in ["pthread", "dispatch", "thread", "task"] {
             for wait in ["sleep", "epoll_wait"] {
+                // Every thread captured, the runtime's and Dispatch's (which block every signal) too.
                 cases.append(
                     HarnessCase(
                         program: .swiftSample, kind: "swift-null-read", context: context, mainWaits: wait,
-                        expect: .init(signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain)))
+                        expect: .init(
+                            signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain, allCapturedOf: 3)))
             }
         }
+        // Four Dispatch workers parked in sleep: each in the report, with its stack.
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read", context: "thread", mainWaits: "sleep",
+                environment: ["CRASH_SAMPLE_DISPATCH_WORKERS": "4"],
+                expect: .init(signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain, allCapturedOf: 6)))
         cases.append(
             HarnessCase(
                 program: .swiftSample, kind: "swift-stack-overflow", context: "thread", mainWaits: "sleep",

@@ -154,6 +154,16 @@ static int cc_freeze_helper(void *unused) {
     cc_raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, 0, sizeof(all), 0);
     // Gone with the crashing thread, which holds no thread frozen past the process's death.
     cc_raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    // SIGCHLD ignored here (the helper has its own dispositions): a frozen thread that dies with
+    // the process is then released at once, instead of staying a zombie until its tracer, the
+    // helper, dies too; the process's parent sees the death that much sooner.
+    struct {
+        void *handler;
+        unsigned long flags;
+        void *restorer;
+        uint64_t mask;
+    } ignore = {SIG_IGN, 0, NULL, 0};
+    cc_raw_syscall(SYS_rt_sigaction, SIGCHLD, (long)&ignore, 0, sizeof(uint64_t), 0);
     // A table of descriptors of its own, empty (Linux 5.9; elsewhere it shares ours): the
     // helper must not hold the app's files, locks and sockets open a moment past its death.
     cc_raw_syscall(CC_SYS_close_range, 0, ~0U, CC_CLOSE_RANGE_UNSHARE, 0, 0);
