@@ -1,0 +1,215 @@
+// Stacks: registers out of a context, the walk (libunwind when it was found at install, else
+// frame pointers), which module holds an address, and the modules loaded since install.
+// The rules of crash_path.c apply here: this runs after a fatal signal (signal-safety(7)),
+// allocates nothing, takes no lock, and calls nothing above it in the crash path.
+#include <link.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "cc_internal.h"
+#include "crash_report.h"
+
+// MARK: - Registers
+
+
+cc_registers cc_registers_from(const ucontext_t *uc) {
+    cc_registers r = {0, 0, 0};
+#if defined(__x86_64__)
+    r.pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    r.sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    r.fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+#elif defined(__aarch64__)
+    r.pc = (uintptr_t)uc->uc_mcontext.pc;
+    r.sp = (uintptr_t)uc->uc_mcontext.sp;
+    r.fp = (uintptr_t)uc->uc_mcontext.regs[29];
+#endif
+    return r;
+}
+
+void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
+#if defined(__x86_64__)
+    static const struct {
+        const char *name;
+        int index;
+    } regs[] = {
+        {"rip", REG_RIP}, {"rsp", REG_RSP}, {"rbp", REG_RBP}, {"rax", REG_RAX}, {"rbx", REG_RBX},
+        {"rcx", REG_RCX}, {"rdx", REG_RDX}, {"rsi", REG_RSI}, {"rdi", REG_RDI}, {"r8", REG_R8},
+        {"r9", REG_R9},   {"r10", REG_R10}, {"r11", REG_R11}, {"r12", REG_R12}, {"r13", REG_R13},
+        {"r14", REG_R14}, {"r15", REG_R15}, {"eflags", REG_EFL}, {"trapno", REG_TRAPNO}, {"err", REG_ERR},
+        {"cr2", REG_CR2},
+    };
+    cc_registers r = cc_registers_from(uc);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, r.pc);
+    cc_buf_append_str(b, ",\"sp\":");
+    cc_buf_append_quoted_hex(b, r.sp);
+    cc_buf_append_str(b, ",\"fp\":");
+    cc_buf_append_quoted_hex(b, r.fp);
+    for (size_t i = 0; i < sizeof(regs) / sizeof(regs[0]); i++) {
+        cc_buf_append_str(b, ",\"");
+        cc_buf_append_str(b, regs[i].name);
+        cc_buf_append_str(b, "\":");
+        cc_buf_append_quoted_hex(b, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
+    }
+    cc_buf_append_str(b, "}");
+#elif defined(__aarch64__)
+    cc_registers r = cc_registers_from(uc);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, r.pc);
+    cc_buf_append_str(b, ",\"sp\":");
+    cc_buf_append_quoted_hex(b, r.sp);
+    cc_buf_append_str(b, ",\"fp\":");
+    cc_buf_append_quoted_hex(b, r.fp);
+    for (int i = 0; i < 31; i++) {
+        cc_buf_append_str(b, ",\"x");
+        cc_buf_append_u64(b, (uint64_t)i);
+        cc_buf_append_str(b, "\":");
+        cc_buf_append_quoted_hex(b, uc->uc_mcontext.regs[i]);
+    }
+    cc_buf_append_str(b, "}");
+#else
+    cc_buf_append_str(b, "{}");
+#endif
+}
+
+// What the crashing thread found, for the report (crash_report.h).
+cc_findings cc_found;
+
+
+static bool cc_in_module(const cc_module *m, uintptr_t pc) { return pc >= m->start && pc < m->end; }
+
+bool cc_in_any_module(uintptr_t pc) {
+    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
+    if (map == NULL) return false;
+    for (size_t i = 0; i < map->count; i++)
+        if (cc_in_module(&map->modules[i], pc)) return true;
+    return false;
+}
+
+// A call through a bad function pointer faults at the bad address, where no unwind info
+// exists, and unwinders then skip the caller. The call has just pushed its return address
+// (x86_64: at sp; aarch64: in the link register): put that frame back.
+void cc_recover_bad_call(const ucontext_t *uc) {
+    if (cc_found.frame_count == 0 || cc_in_any_module(cc_found.frames[0])) return;
+#if defined(__x86_64__)
+    uintptr_t caller = *(const uintptr_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    uintptr_t caller = (uintptr_t)uc->uc_mcontext.regs[30];
+#else
+    uintptr_t caller = 0;
+#endif
+    if (!cc_in_any_module(caller) || (cc_found.frame_count > 1 && cc_found.frames[1] == caller)) return;
+    size_t count = cc_found.frame_count < CC_MAX_FRAMES ? cc_found.frame_count + 1 : CC_MAX_FRAMES;
+    for (size_t i = count - 1; i > 1; i--) cc_found.frames[i] = cc_found.frames[i - 1];
+    cc_found.frames[1] = caller;
+    cc_found.frame_count = count;
+}
+
+// libunwind probes memory by writing to a pipe it made at install (two non-blocking
+// descriptors). A program that closed them and reused the numbers (a full blocking pipe, say)
+// would block it: then the stacks are walked by frame pointers instead.
+static bool cc_libunwind_usable = true;
+
+void cc_check_libunwind_pipe(void) {
+    cc_libunwind_usable = true;
+    for (int i = 0; i < 2; i++)
+        if (cc_global.unwinder_pipe[i] >= 0 &&
+            !cc_holds_file(cc_global.unwinder_pipe[i], cc_global.unwinder_pipe_dev, cc_global.unwinder_pipe_ino))
+            cc_libunwind_usable = false;
+}
+
+// Walks a stack from a saved context into `frames`: libunwind when it was found at install,
+// else (or when it finds no caller) frame pointers. *count grows as frames are found, so a
+// fault part-way (caught by the stage guard) keeps the frames found before it.
+void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *count, volatile int *used_libunwind) {
+    *count = 0;
+    *used_libunwind = 0;
+    if (cc_global.unw_init_local2 != NULL && cc_libunwind_usable) {
+        unw_cursor_t cursor;
+        if (cc_global.unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+            *used_libunwind = 1;
+            do {
+                unw_word_t ip = 0;
+                if (cc_global.unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                frames[*count] = (uintptr_t)ip;
+                *count = *count + 1;
+            } while (*count < max && cc_global.unw_step(&cursor) > 0);
+            if (*count > 1) return;
+        }
+    }
+    // A bad frame pointer faults, which the stage guard turns into a shorter stack.
+    cc_registers r = cc_registers_from(uc);
+    *used_libunwind = 0;
+    frames[0] = r.pc;
+    *count = 1;
+    uintptr_t fp = r.fp;
+    while (*count < max && fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= r.sp) {
+        const uintptr_t *frame = (const uintptr_t *)fp;
+        uintptr_t next = frame[0];
+        uintptr_t ret = frame[1];
+        if (ret == 0) break;
+        frames[*count] = ret;
+        *count = *count + 1;
+        if (next <= fp) break;
+        fp = next;
+    }
+}
+
+// Index of the module holding pc in the combined list (install-time map, then late ones).
+long cc_find_module(const cc_module_map *map, uintptr_t pc, uintptr_t *bias) {
+    if (map != NULL) {
+        for (size_t i = 0; i < map->count; i++) {
+            if (cc_in_module(&map->modules[i], pc)) {
+                *bias = map->modules[i].load_bias;
+                return (long)i;
+            }
+        }
+    }
+    size_t base = map != NULL ? map->count : 0;
+    for (size_t i = 0; i < cc_found.late_module_count; i++) {
+        if (cc_in_module(&cc_found.late_modules[i].range, pc)) {
+            *bias = cc_found.late_modules[i].range.load_bias;
+            return (long)(base + i);
+        }
+    }
+    return -1;
+}
+
+static bool cc_bias_known(const cc_module_map *map, uintptr_t bias) {
+    if (map == NULL) return false;
+    for (size_t i = 0; i < map->count; i++)
+        if (map->modules[i].load_bias == bias) return true;
+    return false;
+}
+
+// Libraries dlopen'ed after the last module refresh: walk the loader's public list,
+// lock-free, and read each new object's program headers from its mapped ELF header.
+void cc_scan_late_modules(const cc_module_map *map) {
+    cc_found.late_module_count = 0;
+    bool missing = false;
+    uintptr_t unused;
+    for (size_t i = 0; i < cc_found.frame_count; i++)
+        if (cc_find_module(map, cc_found.frames[i], &unused) < 0) missing = true;
+    if (!missing) return;
+    for (struct link_map *l = _r_debug.r_map; l != NULL && cc_found.late_module_count < CC_MAX_LATE_MODULES; l = l->l_next) {
+        if (l->l_addr == 0 || cc_bias_known(map, l->l_addr)) continue;
+        const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)l->l_addr;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0) continue;
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(l->l_addr + eh->e_phoff);
+        cc_late_module *m = &cc_found.late_modules[cc_found.late_module_count];
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (size_t k = 0; k < eh->e_phnum; k++) {
+            if (ph[k].p_type != PT_LOAD) continue;
+            uintptr_t start = l->l_addr + ph[k].p_vaddr;
+            if (start < lo) lo = start;
+            if (start + ph[k].p_memsz > hi) hi = start + ph[k].p_memsz;
+        }
+        if (hi <= lo) continue;
+        m->range.start = lo;
+        m->range.end = hi;
+        m->range.load_bias = l->l_addr;
+        m->path = l->l_name;
+        if (!cc_read_build_id(l->l_addr, ph, eh->e_phnum, m->build_id, sizeof(m->build_id))) m->build_id[0] = '\0';
+        cc_found.late_module_count = cc_found.late_module_count + 1;
+    }
+}
