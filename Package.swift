@@ -107,6 +107,9 @@ let package = Package(
             name: "crash-sample-swift",
             dependencies: [
                 "CrashCapture", "CrashSampleSupport", .product(name: "Logging", package: "swift-log"),
+                // A SwiftNIO event loop to wait on, where the package's trait brings SwiftNIO anyway.
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
             ],
             path: "CrashSamples/Swift"
         ),

@@ -111,3 +111,5 @@ void sample_deny_ptrace(void) {
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program) != 0)
         perror("seccomp");
 }
+
+void sample_name_this_thread(const char *name) { pthread_setname_np(pthread_self(), name); }

@@ -14,6 +14,10 @@ import Logging
 #if canImport(Glibc)
     import Glibc
 #endif
+#if HTTPUpload
+    import NIOCore
+    import NIOPosix
+#endif
 
 final class Victim {
     var value = 1
@@ -215,6 +219,14 @@ if arguments.first == "--can-upload" {
     print(CrashCapture.canUpload)
     exit(0)
 }
+if arguments.first == "--has-nio" {
+    #if HTTPUpload
+        print("yes")
+    #else
+        print("no")
+    #endif
+    exit(0)
+}
 if arguments.first == "--build-config" {
     #if DEBUG
         print("debug")
@@ -327,6 +339,20 @@ if let mainWaits {
     default: fail("--main-waits needs a context other than main: pthread, dispatch, thread, task")
     }
     if mainWaits == "dispatchMain" { dispatchMain() }
+    if mainWaits == "nio-wait" {
+        // A server's main thread: waiting on a future of its event loop, whose thread sits in
+        // epoll_wait.
+        #if HTTPUpload
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            // A name of its own: NIO numbers its loops' threads by group, and the SDK may have one.
+            try? group.next().submit { sample_name_this_thread("nio-loop") }.wait()
+            let never = group.next().makePromise(of: Void.self)
+            try? never.futureResult.wait()
+            exit(0)
+        #else
+            fail("this build has no SwiftNIO (the HTTPUpload trait brings it)")
+        #endif
+    }
     guard sample_main_wait(mainWaits) == 0 else { fail("unknown wait \(mainWaits)") }
     exit(0)
 }

@@ -70,6 +70,15 @@ extension Crashcap {
             } catch let failure as CommandFailure {
                 throw Crashcap.fail(failure.description, code: failure.code)
             }
+            let withoutNIO = cases.filter { $0.needsNIO && !environment.swiftSampleHasNIO }
+            if !withoutNIO.isEmpty {
+                cases.removeAll { $0.needsNIO && !environment.swiftSampleHasNIO }
+                FileHandle.standardError.write(
+                    Data(
+                        "left out \(withoutNIO.count) case(s) that need SwiftNIO: these samples were built without it\n"
+                            .utf8))
+                guard !cases.isEmpty else { throw Crashcap.fail("no case left to run", code: 64) }
+            }
             let runner = HarnessRunner(environment: environment)
             let workers = jobs ?? ProcessInfo.processInfo.activeProcessorCount
             if let repeatCount {

@@ -85,6 +85,9 @@ struct HarnessCase: Sendable {
         return name
     }
 
+    /// The Swift sample waits on a SwiftNIO future: only where it was built with SwiftNIO.
+    var needsNIO: Bool { mainWaits == "nio-wait" }
+
     /// Kinds whose repeated runs measure the capture rate under the most stress.
     var isStressKind: Bool { kind == "concurrent-8" || kind.hasSuffix("stack-overflow") || mainWaits != nil }
 }
@@ -120,6 +123,18 @@ enum HarnessMatrix {
                             signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain, allCapturedOf: 3)))
             }
         }
+        // A SwiftNIO server: the main thread waits on a future, the event loop in epoll_wait.
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read", context: "dispatch", mainWaits: "nio-wait",
+                expect: .init(
+                    signal: SIGSEGV, frame: "crashSwiftNullRead",
+                    threads: ["crash-sample-sw": "EventLoopFuture", "nio-loop": "epoll_wait"], allCapturedOf: 4)))
+        // The preload library and the Swift SDK in one process: one report.
+        cases.append(
+            HarnessCase(
+                program: .swiftSample, kind: "swift-null-read", context: "pthread", mainWaits: "epoll_wait",
+                installer: .both, expect: .init(signal: SIGSEGV, frame: "crashSwiftNullRead", threads: swiftMain)))
         // Four Dispatch workers parked in sleep: each in the report, with its stack.
         cases.append(
             HarnessCase(

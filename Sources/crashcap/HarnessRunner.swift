@@ -42,6 +42,8 @@ struct HarnessEnvironment {
     var plainProgram: String?
     var plainProgramProblem: String?
     var swiftBuildConfiguration: String
+    /// Whether crash-sample-swift was built with SwiftNIO (the default trait brings it).
+    var swiftSampleHasNIO = false
     var timeout: Double
     var baseEnvironment: [String: String]
 
@@ -76,6 +78,11 @@ struct HarnessEnvironment {
         var harness = HarnessEnvironment(
             buildDirectory: directory, preloadLibrary: library, swiftBuildConfiguration: configuration,
             timeout: timeout, baseEnvironment: environment)
+        harness.swiftSampleHasNIO =
+            (try? ChildProcess.run(
+                path: directory + "/crash-sample-swift", arguments: ["--has-nio"], environment: environment,
+                timeout: timeout
+            ).stdout.hasPrefix("yes")) ?? false
         harness.compilePlainProgram()
         return harness
     }

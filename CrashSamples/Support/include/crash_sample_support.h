@@ -31,6 +31,8 @@ void sample_start_crash_later(void (*body)(const char *), const char *kind);
 /// returns 0; -1 for an unknown name.
 int sample_main_wait(const char *how);
 const char *sample_main_wait_at(int index);
+/// pthread_setname_np for the calling thread (Swift cannot reach it through Glibc).
+void sample_name_this_thread(const char *name);
 /// A seccomp filter that fails ptrace and process_vm_readv with EPERM, for the whole process.
 void sample_deny_ptrace(void);
 
