@@ -244,11 +244,13 @@ const char *cc_threads_freeze_note(void);
 void cc_threads_release(void);
 void cc_threads_release_held(void);
 
-// signal_safe/thread_freeze.c: the ptrace helper. Starts it on the listed slots: 0 once ptrace
-// proved allowed (the slots are then answered as by the signal method, through `answers`);
-// -1 with `why` when it cannot be used, and nothing was touched.
+// signal_safe/thread_freeze.c: the ptrace helper. `cc_freeze_start` starts it on the listed
+// slots (-1 with `why` if it cannot be started); the caller may work meanwhile, then
+// `cc_freeze_confirm` says whether ptrace proved allowed: 0, and the slots are answered as by
+// the signal method, through `answers`; -1 with `why`, and nothing was touched.
 void cc_freeze_prepare(void);
 int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, const char **why);
+int cc_freeze_confirm(const char **why);
 void cc_freeze_release(void);
 
 // signal_safe/process_state.c

@@ -270,6 +270,10 @@ int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers,
     prctl(PR_SET_PTRACER, helper, 0, 0, 0);
     atomic_store(&cc_helper_go, 1);
     syscall(SYS_futex, &cc_helper_go, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    return 0;
+}
+
+int cc_freeze_confirm(const char **why) {
     // Until the helper knows whether ptrace is allowed (one system call for the first thread).
     struct timespec tick = {0, 200 * 1000};
     for (int waited = 0; waited < 5000 && atomic_load(&cc_helper_state) == CC_HELPER_STARTING; waited++)
