@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "libdw_abi.h"
@@ -143,25 +144,92 @@ struct ccs_module {
 
 static char searched_in_vain;
 
+// Build-ids whose separate debug info was searched for in vain, in this process: a module opened
+// again (from a symbol store, a download) is not searched again, so that a debuginfod server
+// that does not answer costs one timeout per build-id and run, not one per question.
+#define CCS_VAIN_BUILD_IDS 1024
+static char vain_build_ids[CCS_VAIN_BUILD_IDS][41];
+static size_t vain_count;
+static pthread_mutex_t vain_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void build_id_key(Dwfl_Module *module, char key[41]) {
+    const unsigned char *bits = NULL;
+    Dwarf_Addr address = 0;
+    int length = dw.module_build_id(module, &bits, &address);
+    key[0] = '\0';
+    for (int index = 0; index < length && index < 20; index++) snprintf(key + 2 * index, 3, "%02x", bits[index]);
+}
+
+static int searched_before(const char *key) {
+    pthread_mutex_lock(&vain_lock);
+    int found = 0;
+    for (size_t index = 0; index < vain_count && !found; index++) found = strcmp(vain_build_ids[index], key) == 0;
+    pthread_mutex_unlock(&vain_lock);
+    return found;
+}
+
+static void remember_vain(const char *key) {
+    pthread_mutex_lock(&vain_lock);
+    if (vain_count < CCS_VAIN_BUILD_IDS) snprintf(vain_build_ids[vain_count++], 41, "%s", key);
+    pthread_mutex_unlock(&vain_lock);
+}
+
 // libdwfl looks for a module's separate debug info again each time it is asked for DWARF or
 // for a symbol table after a search that found nothing, and each search may ask debuginfod
 // (with its retries): a server that does not answer would cost a timeout per question. One
-// search per module; its failure is remembered in the module's userdata.
+// search per module (its failure kept in the module's userdata) and per build-id.
 static int find_debuginfo_once(
     Dwfl_Module *module, void **userdata, const char *name, Dwarf_Addr base, const char *file_name,
     const char *debuglink_file, uint32_t debuglink_crc, char **debuginfo_file_name) {
     if (*userdata == &searched_in_vain) return -1;
+    char key[41];
+    build_id_key(module, key);
+    if (key[0] != '\0' && searched_before(key)) {
+        *userdata = &searched_in_vain;
+        return -1;
+    }
     int fd = dw.standard_find_debuginfo(
         module, userdata, name, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
-    if (fd < 0) *userdata = &searched_in_vain;
+    if (fd < 0) {
+        *userdata = &searched_in_vain;
+        if (key[0] != '\0') remember_vain(key);
+    }
     return fd;
+}
+
+// Inside an app's process: no separate debug info (its path comes from the module's contents,
+// and the search may ask the network).
+static int find_no_debuginfo(
+    Dwfl_Module *module, void **userdata, const char *name, Dwarf_Addr base, const char *file_name,
+    const char *debuglink_file, uint32_t debuglink_crc, char **debuginfo_file_name) {
+    (void)module, (void)userdata, (void)name, (void)base, (void)file_name, (void)debuglink_file;
+    (void)debuglink_crc, (void)debuginfo_file_name;
+    return -1;
+}
+
+int ccs_open_regular(const char *path, int64_t maximum_bytes) {
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
+    int descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (descriptor < 0) return -1;
+    struct stat status;
+    int problem = fstat(descriptor, &status) != 0 ? errno
+                  : !S_ISREG(status.st_mode)      ? EINVAL
+                  : status.st_size > maximum_bytes ? EFBIG
+                                                   : 0;
+    if (problem != 0) {
+        close(descriptor);
+        errno = problem;
+        return -1;
+    }
+    return descriptor;
 }
 
 static void copy_message(char *destination, size_t size, const char *message) {
     if (destination != NULL && size > 0) snprintf(destination, size, "%s", message);
 }
 
-ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size) {
+ccs_module *ccs_module_open(
+    const char *path, const char *debuginfo_path, int local_only, char *error, size_t error_size) {
     const char *unavailable = ccs_libdw_unavailable();
     if (unavailable != NULL) {
         copy_message(error, error_size, unavailable);
@@ -174,7 +242,7 @@ ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *
     }
     module->debuginfo_path = debuginfo_path != NULL ? strdup(debuginfo_path) : NULL;
     module->callbacks.find_elf = dw.build_id_find_elf;
-    module->callbacks.find_debuginfo = find_debuginfo_once;
+    module->callbacks.find_debuginfo = local_only ? find_no_debuginfo : find_debuginfo_once;
     module->callbacks.section_address = dw.offline_section_address;
     module->callbacks.debuginfo_path = module->debuginfo_path != NULL ? &module->debuginfo_path : NULL;
     module->dwfl = dw.begin(&module->callbacks);
@@ -185,10 +253,13 @@ ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *
     }
     dw.report_begin(module->dwfl);
     // Given to libdwfl, which closes it with the module. Links are followed: the loader
-    // names libraries by their soname links.
-    int descriptor = open(path, O_RDONLY | O_CLOEXEC);
+    // names libraries by their soname links; what they end at must be a regular file.
+    int descriptor = ccs_open_regular(path, CCS_MAXIMUM_MODULE_BYTES);
     if (descriptor < 0) {
-        copy_message(error, error_size, strerror(errno));
+        copy_message(error, error_size,
+                     errno == EINVAL  ? "not a regular file"
+                     : errno == EFBIG ? "larger than 4 GiB, the most a module file is read"
+                                      : strerror(errno));
         ccs_module_close(module);
         return NULL;
     }
@@ -496,7 +567,68 @@ static void load_libdebuginfod(void) {
         di.unavailable = "libdebuginfod.so.1 lacks the debuginfod_find_* calls";
 }
 
+// An empty value counts as unset, as libdebuginfod reads it.
+static void set_unless_given(const char *name, const char *value) {
+    const char *given = getenv(name);
+    if (given == NULL || given[0] == '\0') setenv(name, value, 1);
+}
+
+void ccs_bound_debuginfod(void) {
+    set_unless_given("DEBUGINFOD_TIMEOUT", "10");
+    set_unless_given("DEBUGINFOD_MAXTIME", "60");
+    set_unless_given("DEBUGINFOD_MAXSIZE", "536870912");
+    // libdebuginfod tries a server that does not answer three times over by default.
+    set_unless_given("DEBUGINFOD_RETRY_LIMIT", "0");
+}
+
+// Each build-id and kind asked once a process, with its answer kept: the modules of a report,
+// and the same module in many reports, would otherwise each pay a server's timeout again.
+#define CCS_ASKED_BUILD_IDS 1024
+static struct {
+    char key[2 * 64 + 3];
+    int found;
+    char *path;
+    char why[128];
+} asked[CCS_ASKED_BUILD_IDS];
+static size_t asked_count;
+static pthread_mutex_t asked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int debuginfod_find_uncached(
+    const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
+    size_t why_size);
+
 int ccs_debuginfod_find(
+    const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
+    size_t why_size) {
+    char key[sizeof asked[0].key];
+    size_t at = 0;
+    key[at++] = executable ? 'x' : 'd';
+    for (size_t index = 0; index < build_id_size && index < 64; index++, at += 2)
+        snprintf(key + at, 3, "%02x", build_id[index]);
+    key[at] = '\0';
+    pthread_mutex_lock(&asked_lock);
+    for (size_t index = 0; index < asked_count; index++) {
+        if (strcmp(asked[index].key, key) != 0) continue;
+        int found = asked[index].found;
+        if (found) copy_message(path, path_size, asked[index].path);
+        else copy_message(why, why_size, asked[index].why);
+        pthread_mutex_unlock(&asked_lock);
+        return found;
+    }
+    // Held across the question: two threads asking for the same build-id ask once.
+    int found = debuginfod_find_uncached(build_id, build_id_size, executable, path, path_size, why, why_size);
+    if (asked_count < CCS_ASKED_BUILD_IDS) {
+        snprintf(asked[asked_count].key, sizeof asked[0].key, "%s", key);
+        asked[asked_count].found = found;
+        asked[asked_count].path = found ? strdup(path) : NULL;
+        if (!found) snprintf(asked[asked_count].why, sizeof asked[0].why, "%s", why != NULL ? why : "");
+        if (!found || asked[asked_count].path != NULL) asked_count++;
+    }
+    pthread_mutex_unlock(&asked_lock);
+    return found;
+}
+
+static int debuginfod_find_uncached(
     const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
     size_t why_size) {
     pthread_once(&di_once, load_libdebuginfod);

@@ -1,3 +1,4 @@
+internal import CElfutils
 internal import CrashFileFormat
 internal import Foundation
 
@@ -18,8 +19,14 @@ public struct ELFImage: Sendable {
     /// Whether `symbols` came from the full symbol table, not only the dynamic one.
     public let hasFullSymbolTable: Bool
 
+    /// Reads the file as ccs_module_open does: without blocking, a regular file only, bounded.
     public init(path: String) throws {
-        guard let data = FileManager.default.contents(atPath: path) else {
+        let descriptor = ccs_open_regular(path, CCS_MAXIMUM_MODULE_BYTES)
+        guard descriptor >= 0 else {
+            throw CrashCaptureError.io("cannot read the module file: \(String(cString: strerror(errno)))", path: path)
+        }
+        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        guard let data = try? file.readToEnd() else {
             throw CrashCaptureError.io("cannot read the module file", path: path)
         }
         try self.init(path: path, bytes: [UInt8](data))

@@ -21,22 +21,39 @@ public final class Symbolicator: @unchecked Sendable {
         /// Swift names in full (`MyApp.Parser.read(Swift.Int) -> Swift.String`) rather than as
         /// the Swift backtracer prints them (`Parser.read(_:)`).
         public var fullSwiftNames: Bool
+        /// Whether separate debug info is looked for (`.gnu_debuglink`, the debug directories by
+        /// build-id, debuginfod). Off inside an app's own process, where nothing may wait on a
+        /// file named by a report's contents or on a server: the modules' own symbol tables and
+        /// DWARF, and the symbol stores, still serve, and `crashcap` names the rest later.
+        public var searchesSeparateDebugInfo: Bool
 
         public init(
-            symbolStores: [String] = [], debugDirectories: [String] = ["/usr/lib/debug"], fullSwiftNames: Bool = false
+            symbolStores: [String] = [], debugDirectories: [String] = ["/usr/lib/debug"], fullSwiftNames: Bool = false,
+            searchesSeparateDebugInfo: Bool = true
         ) {
             self.symbolStores = symbolStores
             self.debugDirectories = debugDirectories
             self.fullSwiftNames = fullSwiftNames
+            self.searchesSeparateDebugInfo = searchesSeparateDebugInfo
         }
 
         /// The symbol stores of `CRASHCAPTURE_SYMBOLS` (a colon-separated list), and `extra`.
-        public static func fromEnvironment(adding extra: [String] = [], fullSwiftNames: Bool = false) -> Options {
+        public static func fromEnvironment(
+            adding extra: [String] = [], fullSwiftNames: Bool = false, searchesSeparateDebugInfo: Bool = true
+        ) -> Options {
             let listed = (ProcessInfo.processInfo.environment["CRASHCAPTURE_SYMBOLS"] ?? "").split(separator: ":")
                 .map(String.init).filter { !$0.isEmpty }
-            return Options(symbolStores: extra + listed, fullSwiftNames: fullSwiftNames)
+            return Options(
+                symbolStores: extra + listed, fullSwiftNames: fullSwiftNames,
+                searchesSeparateDebugInfo: searchesSeparateDebugInfo)
         }
     }
+
+    /// Sets debuginfod's limits where the environment sets none (10 s to connect and start,
+    /// 60 s a download, 512 MiB a file, no retry) instead of libdebuginfod's own (90 s, none,
+    /// none, two retries). Call
+    /// it at a tool's start, before other threads read the environment.
+    public static func boundNetworkLookups() { ccs_bound_debuginfod() }
 
     /// One function of an inline chain, with the source position reached in it.
     public struct SourceFrame: Sendable, Equatable {
@@ -265,7 +282,7 @@ public final class Symbolicator: @unchecked Sendable {
             }
         }
         var why = "the file is gone"
-        switch ElfutilsModule.open(path: path, searchPath: searchPath) {
+        switch ElfutilsModule.open(path: path, searchPath: searchPath, localOnly: !options.searchesSeparateDebugInfo) {
         case .success(let module):
             if buildID.isEmpty || module.buildID == nil || module.buildID == buildID {
                 return .elfutils(module)
@@ -283,19 +300,23 @@ public final class Symbolicator: @unchecked Sendable {
                 "\(directory)/.build-id/\(prefix)/\(rest)", "\(directory)/.build-id/\(prefix)/\(rest).debug",
             ]
             where FileManager.default.fileExists(atPath: candidate) {
-                if case .success(let module) = ElfutilsModule.open(path: candidate, searchPath: searchPath),
+                if case .success(let module) = ElfutilsModule.open(
+                    path: candidate, searchPath: searchPath, localOnly: !options.searchesSeparateDebugInfo),
                     module.buildID == buildID
                 {
                     return .elfutils(module)
                 }
             }
         }
-        if let urls = ProcessInfo.processInfo.environment["DEBUGINFOD_URLS"], !urls.isEmpty {
+        if options.searchesSeparateDebugInfo, let urls = ProcessInfo.processInfo.environment["DEBUGINFOD_URLS"],
+            !urls.isEmpty
+        {
             for executable in [true, false] {
                 guard
                     case .success(let downloaded) = ElfutilsModule.debuginfod(buildID: buildID, executable: executable)
                 else { continue }
-                if case .success(let module) = ElfutilsModule.open(path: downloaded, searchPath: searchPath),
+                if case .success(let module) = ElfutilsModule.open(
+                    path: downloaded, searchPath: searchPath, localOnly: false),
                     module.buildID == buildID
                 {
                     return .elfutils(module)
@@ -327,9 +348,9 @@ final class ElfutilsModule {
 
     deinit { ccs_module_close(handle) }
 
-    static func open(path: String, searchPath: String) -> Result<ElfutilsModule, CrashCaptureError> {
+    static func open(path: String, searchPath: String, localOnly: Bool) -> Result<ElfutilsModule, CrashCaptureError> {
         var error = [CChar](repeating: 0, count: 256)
-        guard let handle = ccs_module_open(path, searchPath, &error, error.count) else {
+        guard let handle = ccs_module_open(path, searchPath, localOnly ? 1 : 0, &error, error.count) else {
             return .failure(.io(text(error), path: path))
         }
         return .success(ElfutilsModule(handle: handle))

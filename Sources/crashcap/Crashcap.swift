@@ -20,10 +20,9 @@ struct Crashcap: ParsableCommand {
     /// CLI's own messages do.
     static func main() {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
-        // libdebuginfod waits 90 s for a server that does not answer; a replay should not.
-        if (ProcessInfo.processInfo.environment["DEBUGINFOD_TIMEOUT"] ?? "").isEmpty {
-            setenv("DEBUGINFOD_TIMEOUT", "10", 1)
-        }
+        // libdebuginfod waits 90 s for a server that does not answer, with no bound on a
+        // download's size or time; a replay should not. Before any thread reads the environment.
+        Symbolicator.boundNetworkLookups()
         main(nil)
     }
 }

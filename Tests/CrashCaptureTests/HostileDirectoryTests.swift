@@ -45,6 +45,106 @@ import Testing
         #expect(lstat(directory + "/crash-0.ccr", &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "left in place")
     }
 
+    /// A crash file whose module path names a FIFO, beside a real report.
+    func directoryWithAModuleThatIsAFIFO(_ label: String) throws -> String {
+        let directory = try directoryWithAReport(label)
+        let fifo = directory + "/not-a-library.so"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let json =
+            #"{"event_id":"fifo-crash","event":"$AppCrashed","type":"track","time":1,"distinct_id":"d","properties":{"crash_signal_name":"SIGSEGV"},"crash":{"frames":[{"pc":"0x1010","module":0,"offset":"0x10"}],"modules":[{"path":"\#(fifo)","load_bias":"0x1000","start":"0x1000","end":"0x2000","build_id":"00112233445566778899aabbccddeeff00112233"}]}}"#
+        try Data(HostileFile.record(type: 2, payload: Array(json.utf8)))
+            .write(to: URL(fileURLWithPath: directory + "/crash-fifo.ccr"))
+        return directory
+    }
+
+    /// A listening socket that never answers: what a debuginfod server that hangs looks like.
+    func silentServer() throws -> (url: String, socket: Int32) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        try #require(bound == 0 && listen(listener, 64) == 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        return ("http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))", listener)
+    }
+
+    /// A debuginfod server that never answers, asked twice for each frame of two reports of a
+    /// module that is gone: `crashcap` asks it once per build-id and kind, and gives up on time.
+    @Test func aSilentDebuginfodIsAskedOncePerBuildID() throws {
+        let directory = makeTemporaryDirectory("debuginfod-once")
+        let buildID = "0123456789abcdef0123456789abcdef01234567"
+        for name in ["a", "b"] {
+            let json =
+                #"{"event_id":"gone-\#(name)","event":"$AppCrashed","type":"track","time":1,"distinct_id":"d","properties":{"crash_signal_name":"SIGSEGV"},"crash":{"frames":[{"pc":"0x1010","module":0,"offset":"0x10"},{"pc":"0x1020","module":0,"offset":"0x20"}],"modules":[{"path":"/nonexistent/libgone.so","load_bias":"0x1000","start":"0x1000","end":"0x2000","build_id":"\#(buildID)"}]}}"#
+            try Data(HostileFile.record(type: 2, payload: Array(json.utf8)))
+                .write(to: URL(fileURLWithPath: directory + "/crash-\(name).ccr"))
+        }
+        let server = try silentServer()
+        let requests = RequestLog()
+        let acceptor = Thread {
+            while true {
+                let connection = accept(server.socket, nil, nil)
+                if connection < 0 { return }
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let count = read(connection, &buffer, buffer.count)
+                if count > 0 { requests.add(String(decoding: buffer[..<count], as: UTF8.self)) }
+                // Held open, never answered, until the test ends.
+            }
+        }
+        acceptor.start()
+        defer { shutdown(server.socket, Int32(SHUT_RDWR)); close(server.socket) }
+        let show = try run(
+            Paths.crashcap, ["show", directory, "--no-color"],
+            environment: ["DEBUGINFOD_URLS": server.url, "DEBUGINFOD_TIMEOUT": "1"], timeout: 60)
+        #expect(!show.timedOut)
+        #expect(show.seconds < 10, "show took \(show.seconds) s")
+        let asked = requests.lines.filter { $0.contains(buildID) }
+        #expect(!asked.isEmpty, "the server was asked: \(requests.lines)")
+        for kind in ["/executable", "/debuginfo"] {
+            #expect(asked.filter { $0.contains(kind) }.count <= 1, "\(kind) asked more than once: \(asked)")
+        }
+    }
+
+    /// `show` and `replay` never open a module path blocking: a FIFO costs them nothing.
+    @Test func aModulePathThatIsAFIFOHangsNoCommand() throws {
+        let directory = try directoryWithAModuleThatIsAFIFO("module-fifo")
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 20)
+        #expect(!show.timedOut)
+        #expect(show.seconds < 5, "show took \(show.seconds) s")
+        #expect(show.stdout.contains("SIGABRT"), "the real report is shown")
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(!replay.timedOut)
+        #expect(replay.seconds < 5, "replay took \(replay.seconds) s")
+    }
+
+    /// An app that starts beside such a file, with a debuginfod that never answers, still exits
+    /// within its exit bound, and every event it tracked is in the store.
+    @Test func anAppBesideAHostileCrashFileAndASilentDebuginfodExitsInTime() throws {
+        let directory = try directoryWithAModuleThatIsAFIFO("module-fifo-app")
+        let server = try silentServer()
+        defer { close(server.socket) }
+        let app = try run(
+            Paths.swiftSample, ["pipeline-track"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "20", "CRASH_SAMPLE_EXIT_FLUSH": "2",
+                "DEBUGINFOD_URLS": server.url, "SWIFT_BACKTRACE": "enable=no",
+            ],
+            timeout: 30)
+        #expect(!app.timedOut, "the app hung")
+        #expect(app.exitCode == 0)
+        #expect(app.seconds <= 2 + 0.5 + 1, "exit bound 2 s, 0.5 s of slack and 1 s to start: \(app.seconds) s")
+        let stored = try EventStore(path: directory + "/events.sqlite").events(limit: 1000)
+        #expect(stored.filter { $0.payload.contains("\"sample_event\"") }.count == 20, "every tracked event stored")
+    }
+
     @Test func aLinkUnderACrashFilesNameIsNeverFollowed() throws {
         let directory = try directoryWithAReport("link")
         let outside = makeTemporaryDirectory("canary")
@@ -207,13 +307,13 @@ import Testing
             case .repeatedMagic:
                 return Array(Array(repeating: CrashFileLayout.magic, count: size / 4).joined())
             case .emptyRecords:
-                let one = record(type: 2, payload: [])
+                let one = Self.record(type: 2, payload: [])
                 return Array(Array(repeating: one, count: size / one.count).joined())
             case .floodOfEvents:
-                var out = record(type: 1, payload: Array(#"{"session_id":"flood"}"#.utf8))
+                var out = Self.record(type: 1, payload: Array(#"{"session_id":"flood"}"#.utf8))
                 var index = 0
                 while out.count < size - 200 {
-                    out += record(
+                    out += Self.record(
                         type: 2,
                         payload: Array(
                             #"{"event_id":"flood-\#(index)","event":"flood","type":"track","time":1,"properties":{}}"#
@@ -226,11 +326,11 @@ import Testing
                 let frames = Array(repeating: "0", count: 500_000).joined(separator: ",")
                 let json =
                     #"{"event_id":"huge","event":"$AppCrashed","type":"track","properties":{},"crash":{"frames":[\#(frames)]}}"#
-                return record(type: 2, payload: Array(json.utf8))
+                return Self.record(type: 2, payload: Array(json.utf8))
             }
         }
 
-        func record(type: UInt32, payload: [UInt8]) -> [UInt8] {
+        static func record(type: UInt32, payload: [UInt8]) -> [UInt8] {
             func le(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
             let header = le(type) + le(UInt32(payload.count))
             return CrashFileLayout.magic + header + le(CRC32.update(CRC32.update(0, header), payload)) + payload
@@ -518,5 +618,21 @@ import Testing
         #expect(result.stdout == "ran\n")
         #expect(result.stderr.contains("owned by uid 0, not by this process's uid 65534"), "\(result.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).isEmpty, "nothing written there")
+    }
+}
+
+/// Request lines seen by a test's server thread.
+final class RequestLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var seen: [String] = []
+    func add(_ request: String) {
+        lock.lock()
+        seen.append(request.split(separator: "\r\n").first.map(String.init) ?? request)
+        lock.unlock()
+    }
+    var lines: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return seen
     }
 }

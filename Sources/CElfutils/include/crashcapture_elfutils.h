@@ -16,8 +16,18 @@ typedef struct ccs_module ccs_module;
 
 /// Opens `path` as an ELF file placed at address 0, so that the addresses asked of it are the
 /// file's own virtual addresses. `debuginfo_path` is libdwfl's search string
-/// (":.debug:/usr/lib/debug:/more/dirs"). NULL with `error` filled when the file is unusable.
-ccs_module *ccs_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size);
+/// (":.debug:/usr/lib/debug:/more/dirs"). The path must end at a regular file of at most
+/// CCS_MAXIMUM_MODULE_BYTES, opened without blocking (a FIFO or a device is refused at once).
+/// `local_only`: no separate debug info is looked for (no file named by the module's contents
+/// is opened, no server asked), for an app's own process; the module's own symbol tables and
+/// DWARF still serve. NULL with `error` filled when the file is unusable.
+ccs_module *ccs_module_open(
+    const char *path, const char *debuginfo_path, int local_only, char *error, size_t error_size);
+#define CCS_MAXIMUM_MODULE_BYTES 4294967296LL  // 4 GiB
+
+/// Opens `path` for reading as ccs_module_open does: without blocking, a regular file only, at
+/// most `maximum_bytes`. -1 with errno set (EINVAL: not a regular file; EFBIG: too large).
+int ccs_open_regular(const char *path, int64_t maximum_bytes);
 void ccs_module_close(ccs_module *module);
 
 /// The GNU build-id of the file as lower-case hex into `hex` (at least 2 * 64 + 1 bytes);
@@ -51,9 +61,18 @@ int ccs_module_frames(ccs_module *module, uint64_t address, ccs_frame *frames, i
 
 /// Fetches an ELF file by build-id from the debuginfod servers of DEBUGINFOD_URLS (the
 /// executable when `executable`, else its debug info) into libdebuginfod's cache; its path
-/// into `path`, or 0 with `why` filled.
+/// into `path`, or 0 with `why` filled. Each build-id and kind is asked once a process: a
+/// second call answers from the first. Bounded by ccs_bound_debuginfod's limits.
+
 int ccs_debuginfod_find(
     const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
     size_t why_size);
+
+/// Sets libdebuginfod's limits where the environment sets none, before its first use: 10 s to
+/// connect and start a transfer (DEBUGINFOD_TIMEOUT), 60 s in all (DEBUGINFOD_MAXTIME), 512 MiB a
+/// file (DEBUGINFOD_MAXSIZE), one try a question (DEBUGINFOD_RETRY_LIMIT 0, not 2). For a
+/// command-line tool's process, at its start: setenv is not
+/// safe while other threads read the environment.
+void ccs_bound_debuginfod(void);
 
 #endif

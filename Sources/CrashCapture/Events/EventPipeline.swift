@@ -191,9 +191,27 @@ final class EventPipeline: @unchecked Sendable {
         append(UInt32(CCF_JOURNAL_IDENTITY.rawValue), &text)
     }
 
-    /// Waits until every event tracked before this call is in the store.
+    /// The import of earlier sessions and crash files that install started, on a queue of its
+    /// own: a flush waits for it, the exit at most until its bound.
+    let replay = DispatchGroup()
+
+    /// Waits until every event tracked before this call is in the store, and the import of
+    /// earlier sessions is done.
     func flushToStore() {
+        replay.wait()
         writer.sync { self.drain() }
+    }
+
+    /// The same, waiting no later than `deadline`: whether everything got there. What did not
+    /// stays in the journal and the directory, which the next start imports.
+    func flushToStore(until deadline: DispatchTime) -> Bool {
+        guard replay.wait(timeout: deadline) == .success else { return false }
+        let done = DispatchSemaphore(value: 0)
+        writer.async {
+            self.drain()
+            done.signal()
+        }
+        return done.wait(timeout: deadline) == .success
     }
 
     /// Whether everything the journal was given is in the store.
@@ -309,8 +327,11 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     /// The session's normal end: $AppEnd, everything into the store, the session file removed
-    /// (nothing is left for a later start to pair), a last bounded upload.
-    func end(reason: String, uploadDeadline: Double) {
+    /// (nothing is left for a later start to pair), a last bounded upload. `exitBound`: the
+    /// whole end, store and upload, takes at most this many seconds (at exit, whatever any
+    /// queue is doing); the events not stored by then stay in the session file for the next start.
+    func end(reason: String, uploadDeadline: Double, exitBound: Double? = nil) {
+        let started = DispatchTime.now()
         // Another thread is reporting a crash: this session ends as crashed, not here. Waits
         // (bounded) for the process to die of it, then deletes and records nothing.
         guard crashcapture_crash_in_progress() == 0 else { return }
@@ -328,12 +349,23 @@ final class EventPipeline: @unchecked Sendable {
                 method: "autoTrack", eventID: identity.sessionID + "-end",
                 extra:
                     "\"$event_duration\":\(String(format: "%.3f", max(0, elapsed))),\"$app_end_reason\":\"\(reason)\""))
-        flushToStore()
+        if let exitBound {
+            // A quarter of a second at least: a writer that is merely busy finishes by then.
+            let stored = flushToStore(until: started + max(exitBound, 0.25))
+            guard stored else { return }
+        } else {
+            flushToStore()
+        }
         if journalIsEmpty {
             crashcapture_session_retire()
             try? store.forgetJournal(session: identity.sessionID)
         }
-        if uploadDeadline > 0 { uploader?.flushNow(deadline: Date().addingTimeInterval(uploadDeadline)) }
+        let uploadSeconds =
+            exitBound.map {
+                min(uploadDeadline, $0 - Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9)
+            }
+            ?? uploadDeadline
+        if uploadSeconds > 0 { uploader?.flushNow(deadline: Date().addingTimeInterval(uploadSeconds)) }
     }
 }
 

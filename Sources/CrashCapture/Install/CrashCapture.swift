@@ -69,6 +69,10 @@ public enum CrashCapture: Sendable {
         /// Bytes of crash and session files in the directory, at install, past which a crash
         /// keeps no report of its own (see `maximumCrashFiles`).
         public var maximumCrashBytes: Int
+        /// Seconds the import of earlier crashes and sessions may take at install, on a queue of
+        /// its own: what is left waits for the next start or `crashcap replay`. Nothing of the
+        /// app waits for it.
+        public var replayBudget: Double = 5
 
         /// A configuration with the defaults for everything but where and who.
         public init(
@@ -383,29 +387,43 @@ extension CrashCapture {
         {
             pipeline.setLoginID(saved, distinctID: saved)
         }
-        // First on the writer queue: the integrity check, then the sessions and crash files of
-        // earlier processes, so that the store keeps the order events happened in.
+        // The sessions and crash files of earlier processes, on a queue of their own, local files
+        // only and within a time budget: track(), the writer and the exit never wait for them.
+        // Separate debug info (a path a report names, a debuginfod server) is left to `crashcap`.
         let recovery = SessionRecovery(
             replayer: CrashReplayer(
                 directory: directory, store: store,
-                symbolicator: Symbolicator(options: .fromEnvironment(adding: configuration.symbolStores))))
+                symbolicator: Symbolicator(
+                    options: .fromEnvironment(adding: configuration.symbolStores, searchesSeparateDebugInfo: false))))
         pipeline.startBackgroundWork()
+        let budget = configuration.replayBudget
+        // Entered now, so that a flush or an exit that comes before the import starts waits for it.
+        pipeline.replay.enter()
         pipeline.onWriter {
             if (try? store.checkIntegrity()) == true, let notice = store.movedAsideNotice {
                 logger.warning("\(notice)")
             }
             try? store.pruneContexts()
-            let summary = recovery.recoverAll(excluding: identity.sessionID)
-            for session in summary.sessions where session.outcome == .damaged {
-                logger.error(
-                    "session file could not be closed",
-                    metadata: ["file": "\(session.path)", "problem": "\(session.problem ?? "")"])
-            }
-            let crashFiles = summary.crashFiles.files + summary.sessions.compactMap(\.crashFile)
-            for file in crashFiles where file.outcome == .damaged {
-                logger.error(
-                    "damaged crash file set aside",
-                    metadata: ["file": "\(file.path)", "moved_to": "\(file.movedTo ?? "left in place")"])
+            // Started once the integrity check is done, which may move the store aside.
+            DispatchQueue(label: "CrashCapture.replay").async {
+                defer { pipeline.replay.leave() }
+                let summary = recovery.recoverAll(excluding: identity.sessionID, budget: budget)
+                for session in summary.sessions where session.outcome == .damaged {
+                    logger.error(
+                        "session file could not be closed",
+                        metadata: ["file": "\(session.path)", "problem": "\(session.problem ?? "")"])
+                }
+                let crashFiles = summary.crashFiles.files + summary.sessions.compactMap(\.crashFile)
+                for file in crashFiles where file.outcome == .damaged {
+                    logger.error(
+                        "damaged crash file set aside",
+                        metadata: ["file": "\(file.path)", "moved_to": "\(file.movedTo ?? "left in place")"])
+                }
+                if summary.leftForLater > 0 {
+                    logger.notice(
+                        "replay stopped at its time budget; the rest waits for the next start or `crashcap replay`",
+                        metadata: ["left": "\(summary.leftForLater)", "budget_seconds": "\(budget)"])
+                }
             }
         }
         if configuration.trackLifecycle {
@@ -428,7 +446,8 @@ extension CrashCapture {
         if !hooksRegistered.value {
             hooksRegistered.value = true
             atexit {
-                CrashCapture.state.current?.end(reason: "exit", uploadDeadline: CrashCapture.exitTimeout.value)
+                let bound = CrashCapture.exitTimeout.value
+                CrashCapture.state.current?.end(reason: "exit", uploadDeadline: bound, exitBound: bound)
             }
         }
         let fd = crashcapture_watch_termination()
@@ -438,7 +457,8 @@ extension CrashCapture {
             var signal: UInt8 = 0
             guard read(fd, &signal, 1) == 1 else { return }
             let name = signal == UInt8(SIGTERM) ? "SIGTERM" : "SIGINT"
-            CrashCapture.state.current?.end(reason: name, uploadDeadline: CrashCapture.exitTimeout.value)
+            let bound = CrashCapture.exitTimeout.value
+            CrashCapture.state.current?.end(reason: name, uploadDeadline: bound, exitBound: bound)
             crashcapture_finish_termination(Int32(signal))
         }
         source.resume()

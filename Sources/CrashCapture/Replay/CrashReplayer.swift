@@ -78,14 +78,23 @@ package struct CrashReplayer: Sendable {
     /// Files in the order given. Reading, checking, symbolicating and encoding go on for several
     /// files at once, one per core; storing, crash-loop counting and removing go one file at a
     /// time, in order, on this thread, while the next files are being prepared.
-    package func replay(_ paths: [String], progress: ((Int, Int) -> Void)? = nil) -> [FileResult] {
+    /// `deadlineUptime` (`ProcessInfo.systemUptime` seconds): no file is begun after it (those
+    /// left are not in the results).
+    package func replay(
+        _ paths: [String], deadlineUptime deadline: Double? = nil, progress: ((Int, Int) -> Void)? = nil
+    )
+        -> [FileResult]
+    {
         var results: [FileResult] = []
         results.reserveCapacity(paths.count)
-        let chunkSize = 32
+        // A few at a time under a deadline, so that it is looked at often.
+        let chunkSize = deadline == nil ? 32 : 4
         var ready: [PreparedFile] = []
         var start = 0
         while start < paths.count || !ready.isEmpty {
-            let chunk = Array(paths[start..<min(start + chunkSize, paths.count)])
+            let pastDeadline = deadline.map { ProcessInfo.processInfo.systemUptime >= $0 } ?? false
+            let chunk = pastDeadline ? [] : Array(paths[start..<min(start + chunkSize, paths.count)])
+            if pastDeadline { start = paths.count }
             start += chunk.count
             let next = ParallelResults<PreparedFile>()
             let preparing = DispatchGroup()

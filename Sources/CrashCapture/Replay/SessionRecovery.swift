@@ -36,6 +36,8 @@ package struct SessionRecovery: Sendable {
         /// Crash files replayed apart from any session file (older versions, or files whose session
         /// file is gone).
         package var crashFiles = CrashReplayer.Summary()
+        /// Sessions and crash files not begun before the deadline.
+        package var leftForLater = 0
         package var importedEvents: Int {
             sessions.reduce(0) { $0 + $1.importedEvents + ($1.crashFile?.importedEvents ?? 0) }
                 + crashFiles.importedEvents
@@ -59,7 +61,12 @@ package struct SessionRecovery: Sendable {
     }
 
     /// Every session file but `ownSession`'s, then every crash file no session file speaks for.
-    package func recoverAll(excluding ownSession: String? = nil, progress: ((Int, Int) -> Void)? = nil) -> Summary {
+    /// `budget`: seconds after which no session or crash file is begun; those left are counted
+    /// in `leftForLater` and wait for the next recovery.
+    package func recoverAll(
+        excluding ownSession: String? = nil, budget: Double? = nil, progress: ((Int, Int) -> Void)? = nil
+    ) -> Summary {
+        let deadline = budget.map { ProcessInfo.processInfo.systemUptime + $0 }
         var summary = Summary()
         let names = replayer.folder?.names() ?? []
         removeAbandonedSessionTemporaries(names)
@@ -69,6 +76,14 @@ package struct SessionRecovery: Sendable {
         var handled = Set<String>()
         if let ownSession { handled.insert(ownSession) }
         for (index, name) in sessionNames.enumerated() {
+            if let deadline, ProcessInfo.processInfo.systemUptime >= deadline {
+                summary.leftForLater += sessionNames.count - index
+                // Their crash files wait with them.
+                for left in sessionNames[index...] {
+                    SessionFile.sessionID(fromFileName: left).map { handled.insert($0) }
+                }
+                break
+            }
             let result = recover(directory + "/" + name)
             // A crash file is replayed with its session (for the breadcrumbs) or, if that session
             // is alive or busy, not yet; only a session file found damaged lets it go alone.
@@ -95,7 +110,8 @@ package struct SessionRecovery: Sendable {
             // its report taken without its session (seen with `crashcap watch` under load).
             return !Self.isLocked(name, in: replayer.folder)
         }
-        summary.crashFiles.files = replayer.replay(alone)
+        summary.crashFiles.files = replayer.replay(alone, deadlineUptime: deadline)
+        summary.leftForLater += alone.count - summary.crashFiles.files.count
         return summary
     }
 
