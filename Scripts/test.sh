@@ -3,6 +3,14 @@
 # the whole suite, crash tests included.
 set -eu
 cd "$(dirname "$0")/.."
+# Everything this run puts in the temp directory (the toolchain's own TemporaryDirectory.*
+# folders, the tests' crash directories and stores, built samples) goes into one folder of its
+# own, removed at the end, whatever the outcome: a run leaves nothing behind.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/crashcap-run.XXXXXX")
+trap 'rm -rf "$run_tmp"' EXIT
+# As /tmp is: some tests run a child as another user, which must reach its own folder here.
+chmod 1777 "$run_tmp"
+export TMPDIR="$run_tmp"
 Scripts/install-dependencies.sh
 swift build
 # The harness also proves the samples built with optimisation (different traps and inlining).

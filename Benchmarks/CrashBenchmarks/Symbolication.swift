@@ -19,9 +19,9 @@ func buildLargeDebugProgram(units: Int) throws -> String {
 
                 """
         }
-        try source.write(toFile: directory + "/unit\(unit).c", atomically: true, encoding: .utf8)
+        try source.write(toFile: directory + "/unit\(unit).c", atomically: false, encoding: .utf8)
     }
-    try "int main(void) { return 0; }\n".write(toFile: directory + "/main.c", atomically: true, encoding: .utf8)
+    try "int main(void) { return 0; }\n".write(toFile: directory + "/main.c", atomically: false, encoding: .utf8)
     let script = """
         cd '\(directory)' && ls unit*.c main.c | xargs -P 2 -n 1 gcc -O1 -g -c && gcc -o large *.o
         """

@@ -70,6 +70,7 @@ extension Crashcap {
             } catch let failure as CommandFailure {
                 throw Crashcap.fail(failure.description, code: failure.code)
             }
+            defer { environment.cleanUp() }
             let withoutNIO = cases.filter { $0.needsNIO && !environment.swiftSampleHasNIO }
             if !withoutNIO.isEmpty {
                 cases.removeAll { $0.needsNIO && !environment.swiftSampleHasNIO }

@@ -87,17 +87,25 @@ struct HarnessEnvironment {
         return harness
     }
 
+    /// Where the plain program is built; removed by `cleanUp()` when the harness is done.
+    var plainDirectory: String?
+
+    func cleanUp() {
+        if let plainDirectory { try? FileManager.default.removeItem(atPath: plainDirectory) }
+    }
+
     /// A program built without any reference to CrashCapture, for the preload case.
     mutating func compilePlainProgram() {
         let directory = NSTemporaryDirectory() + "crashcap-plain-\(getpid())"
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        plainDirectory = directory
         let source = """
             #include <stdio.h>
             __attribute__((noinline)) void plain_program_crashes(volatile int *p) { *p = 42; }
             int main(void) { puts("about to crash"); fflush(stdout); plain_program_crashes(0); return 0; }
             """
         do {
-            try source.write(toFile: directory + "/plain.c", atomically: true, encoding: .utf8)
+            try source.write(toFile: directory + "/plain.c", atomically: false, encoding: .utf8)
             guard
                 let cc = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/clang"].first(where: {
                     FileManager.default.isExecutableFile(atPath: $0)

@@ -116,7 +116,7 @@ import Testing
         let output = makeTemporaryDirectory("symbols-negative")
         let source = output + "/bad.c"
         try "int crashcapture_install(void *); void cc_bad(void) { crashcapture_install(0); }".write(
-            toFile: source, atomically: true, encoding: .utf8)
+            toFile: source, atomically: false, encoding: .utf8)
         let compile = try run("/usr/bin/cc", ["-c", source, "-o", output + "/bad.o"])
         try #require(compile.exitCode == 0, "cc failed: \(compile.stderr)")
         let symbols = try symbols(["-u"], ofObject: output + "/bad.o")

@@ -46,7 +46,7 @@ import Testing
             int main(int argc, char **argv) { (void)argv; puts("about to crash"); fflush(stdout);
                 plain_program_crashes(argc > 5 ? malloc(4) : NULL); return 0; }
             """
-        try source.write(toFile: work + "/plain.c", atomically: true, encoding: .utf8)
+        try source.write(toFile: work + "/plain.c", atomically: false, encoding: .utf8)
         let compile = try run("/usr/bin/cc", ["-O0", "-g", "-o", work + "/plain", work + "/plain.c"])
         try #require(compile.exitCode == 0, "\(compile.stderr)")
         let baseline = try run(work + "/plain")
@@ -86,7 +86,7 @@ import Testing
                 volatile int *volatile p = 0; return *p;
             }
             """
-        try source.write(toFile: work + "/capi.c", atomically: true, encoding: .utf8)
+        try source.write(toFile: work + "/capi.c", atomically: false, encoding: .utf8)
         let compile = try run(
             "/usr/bin/cc",
             [
