@@ -3,13 +3,28 @@ internal import CrashFileFormat
 internal import CrashSymbolication
 internal import Foundation
 
-/// ANSI styling, only when asked for (a terminal); plain text otherwise.
+/// ANSI styling, only when asked for (a terminal); plain text otherwise. Styles are written
+/// with a private-use character in place of ESC: every line is then escaped (text from a crash
+/// file may hold any control character), and only after that do the styles become real
+/// escape sequences (`terminalSafe`).
 struct TextStyle: Sendable {
+    static let escapeStandIn = "\u{E000}["
     let enabled: Bool
     init(enabled: Bool) { self.enabled = enabled }
-    func bold(_ text: String) -> String { enabled ? "\u{1b}[1m\(text)\u{1b}[0m" : text }
-    func red(_ text: String) -> String { enabled ? "\u{1b}[1;31m\(text)\u{1b}[0m" : text }
-    func dim(_ text: String) -> String { enabled ? "\u{1b}[2m\(text)\u{1b}[0m" : text }
+    func bold(_ text: String) -> String { styled("1", text) }
+    func red(_ text: String) -> String { styled("1;31", text) }
+    func dim(_ text: String) -> String { styled("2", text) }
+
+    private func styled(_ code: String, _ text: String) -> String {
+        enabled ? "\(Self.escapeStandIn)\(code)m\(text)\(Self.escapeStandIn)0m" : text
+    }
+
+    /// A line for the terminal: every control character escaped (`\x1b`, `\x0a`...), so that no
+    /// text from a file can move the cursor or forge a line; then our own styles.
+    func terminalSafe(_ line: String) -> String {
+        let escaped = CaptureFile.printable(line)
+        return enabled ? escaped.replacingOccurrences(of: Self.escapeStandIn, with: "\u{1b}[") : escaped
+    }
 }
 
 /// How `crashcap show` presents a report, as text for people or JSON for scripts.
@@ -22,7 +37,7 @@ enum ReportRendering {
         for problem in report.problems { lines.append(style.red("damaged: \(problem)")) }
         guard let crashed = report.crashed else {
             lines.append(report.session != nil ? "no crash recorded in this session" : "no crash record")
-            return lines.joined(separator: "\n")
+            return lines.map(style.terminalSafe).joined(separator: "\n")
         }
         let properties = report.properties
         let app = "\(properties["$app_name"] ?? "?") \(properties["$app_version"] ?? "")"
@@ -74,7 +89,7 @@ enum ReportRendering {
                 "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
             )
         }
-        return lines.joined(separator: "\n")
+        return lines.map(style.terminalSafe).joined(separator: "\n")
     }
 
     static func frameLines(

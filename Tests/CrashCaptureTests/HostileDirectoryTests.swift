@@ -113,6 +113,25 @@ import Testing
         }
     }
 
+    /// Text from a crash file reaches the terminal escaped: no escape sequence, no NUL, and a
+    /// newline in a module path or a thread name cannot forge a frame.
+    @Test func showEscapesEveryControlCharacterFromTheFile() throws {
+        let directory = makeTemporaryDirectory("show-escapes")
+        let evil = #"/lib/evil\n#0 0x0000000000001234 forged  forged_function\u001b[2J\u0000.so"#
+        let json =
+            #"{"event_id":"escapes","event":"$AppCrashed","type":"track","time":1,"distinct_id":"d","properties":{"crash_signal_name":"SIGSEGV","crash_thread_name":"t\u001b]0;owned\u0007\n#1 fake","crash_swift_message":"Fatal error\u001b[31m"},"crash":{"frames":[{"pc":"0x1010","module":0,"offset":"0x10"}],"modules":[{"path":"\#(evil)","load_bias":"0x1000","start":"0x1000","end":"0x2000","build_id":""}]}}"#
+        try Data(HostileFile.record(type: 2, payload: Array(json.utf8)))
+            .write(to: URL(fileURLWithPath: directory + "/crash-escapes.ccr"))
+        let show = try run(Paths.crashcap, ["show", directory], timeout: 20)
+        #expect(!show.timedOut)
+        let bytes = Array(show.stdout.utf8)
+        #expect(!bytes.contains(0x1b), "an escape sequence reached the terminal")
+        #expect(!bytes.contains(0x00) && !bytes.contains(0x07), "a NUL or a bell reached the terminal")
+        #expect(!show.stdout.contains("\n#0 0x0000000000001234 forged"), "a forged frame line")
+        #expect(!show.stdout.contains("\n#1 fake"), "a forged line from the thread name")
+        #expect(show.stdout.contains("\\x1b"), "the escape is shown, escaped: \(show.stdout)")
+    }
+
     /// `show` and `replay` never open a module path blocking: a FIFO costs them nothing.
     @Test func aModulePathThatIsAFIFOHangsNoCommand() throws {
         let directory = try directoryWithAModuleThatIsAFIFO("module-fifo")
