@@ -34,6 +34,8 @@ struct JSONScanner {
     /// `index < bytes.count` tests, with no array reference counting on the way.
     private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
+    /// The top-level keys of the event being scanned (kept between events, emptied for each).
+    private var keys: [Range<Int>] = []
     private static let maximumDepth = 64
 
     private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
@@ -155,10 +157,12 @@ struct JSONScanner {
         let start = index
         var event = Event(text: start..<start)
         try expect(UInt8(ascii: "{"))
+        keys.removeAll(keepingCapacity: true)
         if !closesAtOnce(UInt8(ascii: "}")) {
             repeat {
                 skipSpace()
                 let key = try string()
+                try refuseRepeated(key.contents)
                 try expect(UInt8(ascii: ":"))
                 skipSpace()
                 let valueStart = index
@@ -186,6 +190,19 @@ struct JSONScanner {
         }
         event.text = start..<index
         return event
+    }
+
+    /// An event that names a key twice is refused: JSON readers differ on which value counts,
+    /// and de-duplication would read one while the store keeps the other. Keys are compared as
+    /// written (one spelled with escapes is another key), by length first.
+    private mutating func refuseRepeated(_ key: Range<Int>) throws {
+        for seen in keys where seen.count == key.count {
+            if memcmp(bytes.baseAddress! + seen.lowerBound, bytes.baseAddress! + key.lowerBound, key.count) == 0 {
+                let name = String(decoding: UnsafeBufferPointer(rebasing: bytes[key]), as: UTF8.self)
+                throw Failure(offset: key.lowerBound, reason: "key \"\(name)\" twice in one event")
+            }
+        }
+        keys.append(key)
     }
 
     /// Whether the bytes in `range` are `word` (the caller has matched the length).

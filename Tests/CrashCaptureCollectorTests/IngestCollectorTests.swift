@@ -53,6 +53,29 @@ import Testing
             "\(result.stderr)")
     }
 
+    /// An event that names a key twice is refused whole: which of the two values counts differs
+    /// from one JSON reader to the next, and de-duplication would read one and store the other.
+    @Test func refusesAnEventWithAKeyTwice() throws {
+        let collector = try CollectorProcess()
+        let twice = try WireFormat.encode(events: [
+            #"{"type":"track","event_id":"k1","event":"x","properties":{},"event_id":"k2"}"#
+        ])
+        let (status, body) = try collector.request("POST", "/sa", body: twice)
+        #expect(status == 400)
+        let reason = (try JSONSerialization.jsonObject(with: body) as? [String: Any])?["error"] as? String ?? ""
+        #expect(reason.contains("key \"event_id\" twice"), "\(reason)")
+        let other = try WireFormat.encode(events: [
+            #"{"type":"track","event_id":"k3","event":"x","properties":{},"lib":{},"lib":{}}"#
+        ])
+        #expect(try collector.request("POST", "/sa", body: other).0 == 400)
+        // A genuine k2 later is stored: nothing of the refused batch was.
+        let genuine = try WireFormat.encode(events: [#"{"type":"track","event_id":"k2","event":"x","properties":{}}"#])
+        let (ok, answer) = try collector.request("POST", "/sa", body: genuine)
+        #expect(ok == 200)
+        #expect(String(decoding: answer, as: UTF8.self) == "{\"inserted\":1,\"duplicates\":0}")
+        #expect(try collector.events().count == 1)
+    }
+
     @Test func deduplicatesByEventID() throws {
         let collector = try CollectorProcess()
         let batch = try WireFormat.encode(events: [
