@@ -25,8 +25,12 @@ public enum CrashFileLayout: Sendable {
     /// The start of every crash file's name.
     public static let filePrefix = CCF_FILE_PREFIX
 
-    /// Whether a directory entry's name is that of a crash file.
-    public static func isCrashFileName(_ name: String) -> Bool { name.hasSuffix("." + fileExtension) }
+    /// Whether a directory entry's name is that of a crash file: `crash-…​.ccr`. Another file that
+    /// merely ends in `.ccr` (a copy kept by hand, a backup) is not the tools' to import or delete.
+    public static func isCrashFileName(_ name: String) -> Bool {
+        name.hasPrefix(filePrefix) && name.hasSuffix("." + fileExtension)
+            && name.utf8.count > filePrefix.utf8.count + fileExtension.utf8.count + 1
+    }
 }
 
 /// What a record holds.

@@ -45,7 +45,7 @@ extension Crashcap {
                 } catch {
                     throw Crashcap.fail("cannot list: \(CaptureFile.printable("\(error)"))", code: 66)
                 }
-                files = (folder?.names() ?? []).filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }
+                files = (folder?.names() ?? []).filter(CrashFileLayout.isCrashFileName)
                 if files.isEmpty {
                     FileHandle.standardError.write(Data("crashcap: no crash files in \(path)\n".utf8))
                     return

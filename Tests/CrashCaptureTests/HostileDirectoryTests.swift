@@ -132,6 +132,21 @@ import Testing
         #expect(show.stdout.contains("\\x1b"), "the escape is shown, escaped: \(show.stdout)")
     }
 
+    /// A file that only ends in `.ccr` is not a crash file: replay neither imports nor deletes it.
+    @Test func replayTakesOnlyCrashFilesByTheirName() throws {
+        let directory = try directoryWithAReport("only-crash-files")
+        let real = try #require(crashFiles(in: directory).first)
+        let copy = directory + "/kept-by-hand.ccr"
+        try FileManager.default.copyItem(atPath: real, toPath: copy)
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 20)
+        #expect(replay.exitCode == 0, "\(replay.stdout)")
+        #expect(FileManager.default.fileExists(atPath: copy), "the copy is left alone")
+        #expect(!FileManager.default.fileExists(atPath: real), "the crash file is imported and removed")
+        let crashed = try EventStore(path: directory + "/events.sqlite").events(limit: 100)
+            .filter { $0.payload.contains("\"$AppCrashed\"") }
+        #expect(crashed.count == 1)
+    }
+
     /// `show` and `replay` never open a module path blocking: a FIFO costs them nothing.
     @Test func aModulePathThatIsAFIFOHangsNoCommand() throws {
         let directory = try directoryWithAModuleThatIsAFIFO("module-fifo")

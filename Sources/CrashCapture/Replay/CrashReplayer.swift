@@ -60,7 +60,7 @@ package struct CrashReplayer: Sendable {
     /// the crash's; then by name), so that crash loops are counted in the order they happened.
     package func pendingFiles() -> [String] {
         guard let folder else { return [] }
-        let names = folder.names().filter { $0.hasSuffix("." + CrashFileLayout.fileExtension) }
+        let names = folder.names().filter(CrashFileLayout.isCrashFileName)
         let dated = names.map { name -> (name: String, time: Double) in
             var info = stat()
             let time =
