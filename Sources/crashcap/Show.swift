@@ -82,7 +82,10 @@ extension Crashcap {
                     damaged = true
                     continue
                 }
-                damaged = damaged || !report.problems.isEmpty || report.crashed == nil
+                // A session's crash file with no crash in it (the process was killed, or ended
+                // in a way that left it) is shown as such, not counted as damage; a file with
+                // neither a session nor a crash record is.
+                damaged = damaged || !report.problems.isEmpty || (report.crashed == nil && report.session == nil)
                 if json {
                     print(
                         ReportRendering.json(

@@ -132,6 +132,22 @@ import Testing
         #expect(show.stdout.contains("\\x1b"), "the escape is shown, escaped: \(show.stdout)")
     }
 
+    /// The crash file of a process killed by SIGKILL holds its session and no crash: `show` says
+    /// so and exits 0; it is not damage.
+    @Test func showOfACrashFileWithNoCrashIsNotAnError() throws {
+        let directory = makeTemporaryDirectory("no-crash")
+        let child = try Child(
+            Paths.cSample, ["kill-from-outside"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(child.waitForOutput("ready"))
+        kill(child.pid, SIGKILL)
+        #expect(child.wait(timeout: 10))
+        #expect(crashFiles(in: directory).count == 1)
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 20)
+        #expect(show.exitCode == 0, "\(show.stdout) \(show.stderr)")
+        #expect(show.stdout.contains("no crash recorded in this session"))
+    }
+
     /// A file that only ends in `.ccr` is not a crash file: replay neither imports nor deletes it.
     @Test func replayTakesOnlyCrashFilesByTheirName() throws {
         let directory = try directoryWithAReport("only-crash-files")
