@@ -12,14 +12,31 @@ final class HeaderDeadline: ChannelInboundHandler, @unchecked Sendable {  // use
     typealias InboundOut = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
+    let collector: IngestCollector
     let timeout: TimeAmount
+    let firstByteTimeout: TimeAmount
     private var waitingForHead = true
     private var timer: Scheduled<Void>?
+    private var firstByteTimer: Scheduled<Void>?
 
-    init(timeout: TimeAmount) { self.timeout = timeout }
+    init(collector: IngestCollector, timeout: TimeAmount, firstByteTimeout: TimeAmount) {
+        self.collector = collector
+        self.timeout = timeout
+        self.firstByteTimeout = firstByteTimeout
+    }
+
+    // A connection that never sends a byte is closed soon: it only holds a slot.
+    func channelActive(context: ChannelHandlerContext) {
+        let channel = context.channel
+        firstByteTimer = context.eventLoop.scheduleTask(in: firstByteTimeout) { channel.close(promise: nil) }
+        context.fireChannelActive()
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        firstByteTimer?.cancel()
+        firstByteTimer = nil
         if waitingForHead && timer == nil {
+            collector.requestBegan(on: context.channel)
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             timer = context.eventLoop.scheduleTask(in: timeout) {
                 let (handler, context) = loopBound.value
@@ -49,7 +66,10 @@ final class HeaderDeadline: ChannelInboundHandler, @unchecked Sendable {  // use
 
     func requestEnded() { waitingForHead = true }
 
-    func handlerRemoved(context: ChannelHandlerContext) { timer?.cancel() }
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        firstByteTimer?.cancel()
+    }
 }
 
 /// One connection's requests: gathered within the limits, answered in order (the pipeline's
@@ -166,9 +186,11 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {  // 
         buffer.writeBytes(response.data)
         context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
         let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        let channel = context.channel
         if !keepAlive {
-            let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            collector.requestAnswered(on: channel)
         }
     }
 

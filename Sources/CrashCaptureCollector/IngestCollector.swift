@@ -40,6 +40,8 @@ package final class IngestCollector: @unchecked Sendable {
         package var maximumInflated = 64 << 20
         package var maximumConnections = 512
         package var headerTimeout = 10.0
+        /// A connection that sends nothing at all within this is closed.
+        package var firstByteTimeout = 5.0
         package var bodyTimeout = 60.0
         package var idleTimeout = 30.0
         /// When set, uploads and `GET /events` must carry it (`?token=`, as the Sensors SDKs'
@@ -64,7 +66,9 @@ package final class IngestCollector: @unchecked Sendable {
     private var channel: Channel?
     private let lock = NSLock()
     private var uploadCount = 0
-    private var openConnections = 0
+    /// Every open connection, and since when it has been idle (no request begun since its last
+    /// answer, or none ever); nil while a request is in progress.
+    private var connections: [ObjectIdentifier: (channel: Channel, idleSince: UInt64?)] = [:]
 
     package init(
         host: String = "127.0.0.1", port: UInt16, databasePath: String, faults: Faults = Faults(),
@@ -109,9 +113,11 @@ package final class IngestCollector: @unchecked Sendable {
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { [self] channel in
-                guard admit() else { return channel.pipeline.addHandler(RefuseConnection()) }
-                channel.closeFuture.whenComplete { _ in self.release() }
-                let timer = HeaderDeadline(timeout: .milliseconds(Int64(self.limits.headerTimeout * 1000)))
+                guard admit(channel) else { return channel.pipeline.addHandler(RefuseConnection()) }
+                channel.closeFuture.whenComplete { _ in self.release(channel) }
+                let timer = HeaderDeadline(
+                    collector: self, timeout: .milliseconds(Int64(self.limits.headerTimeout * 1000)),
+                    firstByteTimeout: .milliseconds(Int64(self.limits.firstByteTimeout * 1000)))
                 return channel.pipeline.addHandler(timer).flatMap {
                     channel.pipeline.configureHTTPServerPipeline(
                         withPipeliningAssistance: true, withErrorHandling: false)
@@ -144,15 +150,45 @@ package final class IngestCollector: @unchecked Sendable {
         return request.headers["authorization"] == "Bearer " + token
     }
 
-    private func admit() -> Bool {
+    /// A new connection takes a free slot, or the slot of the connection idle the longest, which
+    /// is closed: sockets that hold a slot and send nothing cannot keep real clients out. Only
+    /// when every connection is inside a request is the new one refused (503).
+    private func admit(_ channel: Channel) -> Bool {
+        let evicted: Channel? = lock.withLock {
+            if connections.count >= limits.maximumConnections {
+                guard
+                    let oldest = connections.filter({ $0.value.idleSince != nil })
+                        .min(by: { $0.value.idleSince! < $1.value.idleSince! })
+                else { return nil }
+                connections[oldest.key] = nil
+                connections[ObjectIdentifier(channel)] = (channel, DispatchTime.now().uptimeNanoseconds)
+                return oldest.value.channel
+            }
+            connections[ObjectIdentifier(channel)] = (channel, DispatchTime.now().uptimeNanoseconds)
+            return channel
+        }
+        guard let evicted else { return false }
+        if evicted !== channel { evicted.close(promise: nil) }
+        return true
+    }
+
+    private func release(_ channel: Channel) {
         lock.withLock {
-            guard openConnections < limits.maximumConnections else { return false }
-            openConnections += 1
-            return true
+            if connections[ObjectIdentifier(channel)]?.channel === channel {
+                connections[ObjectIdentifier(channel)] = nil
+            }
         }
     }
 
-    private func release() { lock.withLock { openConnections -= 1 } }
+    /// A request has begun on `channel` (its first byte came): not to be evicted until answered.
+    func requestBegan(on channel: Channel) {
+        lock.withLock { connections[ObjectIdentifier(channel)]?.idleSince = nil }
+    }
+
+    /// Its answer is written and the connection kept: idle from now.
+    func requestAnswered(on channel: Channel) {
+        lock.withLock { connections[ObjectIdentifier(channel)]?.idleSince = DispatchTime.now().uptimeNanoseconds }
+    }
 
     package var url: String {
         let shown = host.contains(":") ? "[\(host)]" : host

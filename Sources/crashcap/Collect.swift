@@ -48,6 +48,12 @@ extension Crashcap {
         @Option(help: "Seconds a request's head may take from its first byte (then 408).")
         var headerTimeout = 10.0
 
+        @Option(
+            help:
+                "Seconds a new connection may wait before its first byte (then it is closed). When every slot is taken, the connection idle the longest is closed for a new one."
+        )
+        var firstByteTimeout = 5.0
+
         @Option(help: "Seconds a request's body may take after its head (then 408).")
         var bodyTimeout = 60.0
 
@@ -71,7 +77,9 @@ extension Crashcap {
                 throw ValidationError("fault counts must not be negative")
             }
             if !(100...599).contains(failStatus) { throw ValidationError("--fail-status must be an HTTP status") }
-            if headerTimeout <= 0 || bodyTimeout <= 0 || idleTimeout <= 0 || maxConnections < 1 || maxBody < 1 {
+            if headerTimeout <= 0 || firstByteTimeout <= 0 || bodyTimeout <= 0 || idleTimeout <= 0 || maxConnections < 1
+                || maxBody < 1
+            {
                 throw ValidationError("timeouts and limits must be positive")
             }
         }
@@ -85,6 +93,7 @@ extension Crashcap {
             faults.retryAfterSeconds = retryAfter
             var limits = IngestCollector.Limits()
             limits.headerTimeout = headerTimeout
+            limits.firstByteTimeout = firstByteTimeout
             limits.bodyTimeout = bodyTimeout
             limits.idleTimeout = idleTimeout
             limits.maximumConnections = maxConnections
