@@ -19,6 +19,58 @@ public struct ELFImage: Sendable {
     /// Whether `symbols` came from the full symbol table, not only the dynamic one.
     public let hasFullSymbolTable: Bool
 
+    /// The GNU build-id of an ELF file, from its headers and notes alone (a few KiB read,
+    /// whatever the file's size): nil when it has none. Throws for a file that is not ELF64
+    /// little-endian, is not a regular file, or is larger than 4 GiB.
+    public static func buildID(ofFileAt path: String) throws -> String? {
+        let descriptor = ccs_open_regular(path, CCS_MAXIMUM_MODULE_BYTES)
+        guard descriptor >= 0 else {
+            let reason = errno == EFBIG ? "larger than 4 GiB" : String(cString: strerror(errno))
+            throw CrashCaptureError.io("cannot read the module file: \(reason)", path: path)
+        }
+        defer { close(descriptor) }
+        func bytes(_ offset: UInt64, _ count: Int) -> [UInt8] {
+            var out = [UInt8](repeating: 0, count: count)
+            let got = out.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, off_t(offset)) }
+            return got == count ? out : []
+        }
+        func u16(_ b: [UInt8], _ at: Int) -> Int { Int(b[at]) | Int(b[at + 1]) << 8 }
+        func u32(_ b: [UInt8], _ at: Int) -> UInt32 { (0..<4).reduce(0) { $0 | UInt32(b[at + $1]) << (8 * $1) } }
+        func u64(_ b: [UInt8], _ at: Int) -> UInt64 { (0..<8).reduce(0) { $0 | UInt64(b[at + $1]) << (8 * $1) } }
+        let header = bytes(0, 64)
+        guard header.count == 64, header[0..<4] == [0x7f, 0x45, 0x4c, 0x46], header[4] == 2, header[5] == 1 else {
+            throw CrashCaptureError.corrupt("not an ELF file (64-bit, little-endian)", path: path)
+        }
+        // Notes from the program headers (PT_NOTE), else from the section headers (SHT_NOTE).
+        var notes: [(offset: UInt64, size: UInt64)] = []
+        let programs = (offset: u64(header, 0x20), size: u16(header, 0x36), count: u16(header, 0x38))
+        let sections = (offset: u64(header, 0x28), size: u16(header, 0x3a), count: u16(header, 0x3c))
+        for index in 0..<min(programs.count, 256) where programs.size >= 0x28 {
+            let entry = bytes(programs.offset + UInt64(index * programs.size), 0x28)
+            if entry.count == 0x28, u32(entry, 0) == 4 { notes.append((u64(entry, 0x08), u64(entry, 0x20))) }
+        }
+        if notes.isEmpty {
+            for index in 0..<min(sections.count, 4096) where sections.size >= 0x40 {
+                let entry = bytes(sections.offset + UInt64(index * sections.size), 0x40)
+                if entry.count == 0x40, u32(entry, 4) == 7 { notes.append((u64(entry, 0x18), u64(entry, 0x20))) }
+            }
+        }
+        for note in notes where note.size <= 1 << 16 {
+            let data = bytes(note.offset, Int(note.size))
+            var at = 0
+            while at + 12 <= data.count {
+                let nameSize = Int(u32(data, at)), descSize = Int(u32(data, at + 4)), type = u32(data, at + 8)
+                let name = at + 12, desc = name + (nameSize + 3) & ~3, next = desc + (descSize + 3) & ~3
+                guard next <= data.count else { break }
+                if type == 3, nameSize == 4, data[name..<name + 4] == [0x47, 0x4e, 0x55, 0] {
+                    return data[desc..<desc + descSize].map { String(format: "%02x", $0) }.joined()
+                }
+                at = next
+            }
+        }
+        return nil
+    }
+
     /// Reads the file as ccs_module_open does: without blocking, a regular file only, bounded.
     public init(path: String) throws {
         let descriptor = ccs_open_regular(path, CCS_MAXIMUM_MODULE_BYTES)

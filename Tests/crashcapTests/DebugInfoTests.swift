@@ -279,6 +279,45 @@ func expectMatchesLLVM(
             sample, reportDirectory: directory, module: "app", environment: ["CRASHCAPTURE_SYMBOLS": store])
     }
 
+    /// A 1 GiB binary (a real one, made long and sparse) is stored with memory flat, and one of
+    /// 5 GiB is refused at once with a clear error.
+    @Test func symbolsAddStreamsAndBoundsTheFileSize() throws {
+        let store = makeTemporaryDirectory("store-large")
+        let work = makeTemporaryDirectory("store-large-input")
+        let large = work + "/large-true"
+        try FileManager.default.copyItem(atPath: "/bin/true", toPath: large)
+        #expect(truncate(large, 1 << 30) == 0)
+        let (added, peak) = try runMeasuringMemory(Paths.crashcap, ["symbols", "add", "--store", store, large])
+        #expect(added.exitCode == 0, "\(added.stderr)")
+        #expect(peak < 64 << 20, "peak \(peak >> 20) MiB for a 1 GiB file")
+        let huge = work + "/huge"
+        try FileManager.default.copyItem(atPath: "/bin/true", toPath: huge)
+        #expect(truncate(huge, 5 << 30) == 0)
+        let (refused, hugePeak) = try runMeasuringMemory(Paths.crashcap, ["symbols", "add", "--store", store, huge])
+        #expect(refused.exitCode == 65)
+        #expect(refused.stderr.contains("larger than 4 GiB"), "\(refused.stderr)")
+        #expect(hugePeak < 64 << 20)
+        #expect(refused.seconds < 5)
+    }
+
+    /// Under umask 000 the store's folders are still 0700 and its files 0600.
+    @Test func symbolsAddKeepsTheStorePrivateWhateverTheUmask() throws {
+        let store = makeTemporaryDirectory("store-umask") + "/symbols"
+        let added = try run(
+            "/bin/sh", ["-c", "umask 000 && exec \"$0\" symbols add --store \"$1\" /bin/true", Paths.crashcap, store])
+        #expect(added.exitCode == 0, "\(added.stderr)")
+        var checked = 0
+        for relative in try FileManager.default.subpathsOfDirectory(atPath: store) + [""] {
+            var info = stat()
+            #expect(lstat(store + "/" + relative, &info) == 0)
+            let mode = info.st_mode & 0o777
+            let directory = info.st_mode & S_IFMT == S_IFDIR
+            #expect(mode == (directory ? 0o700 : 0o600), "\(relative): \(String(mode, radix: 8))")
+            checked += 1
+        }
+        #expect(checked >= 4, "the store, .build-id, its xx folder and the binary")
+    }
+
     @Test func symbolsAddRefusesWhatItCannotStore() throws {
         let store = makeTemporaryDirectory("store")
         let notELF = store + "/notes.txt"
