@@ -116,6 +116,8 @@ public struct CrashReport: @unchecked Sendable {
         modules = Self.decodeModules(details)
         threads = Self.decodeThreads(details, frames: frames, modules: modules)
         threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
+        threadsFrozenBy = details["threads_frozen_by"] as? String
+        threadsFreezeNote = details["threads_freeze_note"] as? String
         memory = (details["memory"] as? [[String: Any]] ?? []).prefix(16).compactMap { region in
             guard let what = region["what"] as? String, let address = Self.hex(region["address"]),
                 let text = region["base64"] as? String, let data = Data(base64Encoded: text)
@@ -163,6 +165,11 @@ public struct CrashReport: @unchecked Sendable {
     public private(set) var threads: [Thread] = []
     /// Threads the process had, including any past the ones listed.
     public private(set) var threadsTotal = 0
+    /// How the other threads were held still: "ptrace", "signal" (the fallback) or "none"; nil in
+    /// reports written before 2026-11-25.
+    public private(set) var threadsFrozenBy: String?
+    /// Why the fallback was taken, when it was.
+    public private(set) var threadsFreezeNote: String?
     public private(set) var memory: [MemoryRegion] = []
     /// The process at the crash: command line, memory, threads, uptime, descriptors, limits,
     /// memory cgroup, container (as the crash path wrote it; empty in older reports).

@@ -278,6 +278,22 @@ struct HarnessRunner {
         return problems
     }
 
+    /// Every report with other threads says how they were frozen: by ptrace, or, where a case
+    /// refuses ptrace, by the signal fallback with the reason.
+    func freezeProblems(_ test: HarnessCase, report: CrashReport) -> [String] {
+        guard report.threads.count > 1, !test.expect.fromChild else { return [] }
+        let denied = test.environment["CRASH_SAMPLE_DENY_PTRACE"] != nil
+        let expected = denied ? "signal" : "ptrace"
+        var problems: [String] = []
+        if report.threadsFrozenBy != expected {
+            problems.append("threads frozen by \(report.threadsFrozenBy ?? "nothing said"), expected \(expected)")
+        }
+        if denied && report.threadsFreezeNote?.contains("ptrace refused") != true {
+            problems.append("no note of ptrace refused: \(report.threadsFreezeNote ?? "none")")
+        }
+        return problems
+    }
+
     func checkReport(
         _ test: HarnessCase, directory: String, outcome: ChildProcess.Outcome, into result: inout HarnessResult
     ) {
@@ -358,6 +374,7 @@ struct HarnessRunner {
             }
         }
         problems += threadProblems(expect, report: report)
+        problems += freezeProblems(test, report: report)
         result.handlerMilliseconds = report.timing.map { Double($0.handlerNanoseconds) / 1e6 }
         result.captureOK = problems.isEmpty
         result.failures += problems

@@ -175,7 +175,11 @@ enum ReportRendering {
         _ report: CrashReport, symbolicator: Symbolicator, limit: Int, style: TextStyle
     ) -> [String] {
         guard report.threads.count > 1 else { return [] }
-        var lines = [style.bold("threads") + ": \(report.threadsTotal) (\(report.threads.count) listed, crashed first)"]
+        var frozen = report.threadsFrozenBy.map { ", frozen by \($0)" } ?? ""
+        if let note = report.threadsFreezeNote { frozen += " (\(note))" }
+        var lines = [
+            style.bold("threads") + ": \(report.threadsTotal) (\(report.threads.count) listed, crashed first\(frozen))"
+        ]
         func label(_ thread: CrashReport.Thread) -> String {
             "\(thread.tid) \"\(thread.name)\" \(thread.state)" + (thread.crashedToo ? style.red(" crashed too") : "")
         }
@@ -234,6 +238,8 @@ enum ReportRendering {
             signal: signalName, symbols: symbols, frames: report.frames)
         object["title"] = CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames)
         object["threads_total"] = report.threadsTotal
+        object["threads_frozen_by"] = report.threadsFrozenBy
+        object["threads_freeze_note"] = report.threadsFreezeNote
         object["process"] = report.process
         object["memory"] = report.memory.map {
             [
