@@ -36,7 +36,9 @@ import Testing
         #expect(crashed.signal == SIGSEGV)
         let text = try run(Paths.crashcap, ["show", directory, "--no-color"])
         #expect(text.exitCode == 0)
-        #expect(text.stdout.contains("threads: 257 (257 listed, crashed first)"), "\(text.stdout.prefix(2000))")
+        #expect(
+            text.stdout.contains("threads: 257 (257 listed, crashed first, frozen by ptrace)"),
+            "\(text.stdout.prefix(2000))")
         #expect(text.stdout.contains("256 threads with this stack: "))
         #expect(text.stdout.contains("and 248 more"))
         #expect(text.stdout.components(separatedBy: "sample_park_in_nanosleep").count == 2, "the stack printed once")
