@@ -51,7 +51,7 @@ package struct SessionFile: Sendable {
     /// Borrowed from the caller, who keeps it open while entries are read.
     let fd: Int32
     let path: String
-    let headerSize: Int
+    private(set) var headerSize: Int
 
     package static let filePrefix = CCF_SESSION_FILE_PREFIX
     package static let fileExtension = CCF_SESSION_FILE_EXTENSION
@@ -195,6 +195,79 @@ package struct SessionFile: Sendable {
             }
         }
         return skipped
+    }
+
+    /// The journal's header fields (where the ring starts, its reserved end, the consumed
+    /// position) checked against the ring itself, whose entries carry their own position and
+    /// checksum. nil when they agree. Otherwise a copy whose fields come from the entries found,
+    /// which imports every intact entry (those already stored are recognised by their ids), and
+    /// what was wrong.
+    package func checkedJournal() throws -> (repaired: SessionFile, problem: String)? {
+        guard ringSize > 0 else { return nil }
+        let page = Int(CCF_SESSION_PAGE)
+        let canonical = (Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count + page - 1) / page * page
+        var best: (headerSize: Int, positions: [UInt64], end: UInt64)?
+        for candidate in Set([headerSize, canonical]) {
+            guard let latest = try latestCommitWord(ringAt: candidate) else { continue }
+            var probe = self
+            probe.headerSize = candidate
+            probe.reserved = latest + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD))
+            var positions: [UInt64] = []
+            var end: UInt64 = 0
+            _ = try probe.forEachEntry { entry in
+                positions.append(entry.position)
+                end = max(end, entry.position + Self.entrySize(entry.payload.count))
+            }
+            if positions.count > (best?.positions.count ?? 0) { best = (candidate, positions, end) }
+        }
+        guard let best else { return nil }
+        var problems: [String] = []
+        var repaired = self
+        if best.headerSize != headerSize {
+            problems.append("the journal starts at byte \(best.headerSize), not at \(headerSize) as the header says")
+            repaired.headerSize = best.headerSize
+        }
+        // A torn last entry may lie past the last whole one: the reserved end may exceed it by one entry.
+        if reserved < best.end || reserved > best.end + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD)) {
+            problems.append("the journal's reserved end says \(reserved), its entries end at \(best.end)")
+            repaired.reserved = best.end
+        }
+        let first = best.positions.min() ?? 0
+        let boundary = consumed <= first || consumed >= best.end || best.positions.contains(consumed)
+        if consumed > repaired.reserved || !boundary {
+            problems.append("the consumed position \(consumed) is not a place in the journal (\(first) to \(best.end))")
+            repaired.consumed = first
+        }
+        guard !problems.isEmpty else { return nil }
+        if repaired.consumed > repaired.reserved { repaired.consumed = first }
+        return (repaired, problems.joined(separator: "; "))
+    }
+
+    /// The highest position whose commit word stands at its place in the ring when the ring
+    /// starts at file offset `offset`; nil when none does.
+    private func latestCommitWord(ringAt offset: Int) throws -> UInt64? {
+        var latest: UInt64?
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var at: UInt64 = 0
+        while at < ringSize {
+            let count = Int(min(UInt64(buffer.count), ringSize - at))
+            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset) + off_t(at)) }
+            if got <= 0 { break }
+            buffer.withUnsafeBytes { raw in
+                var index = 0
+                while index + 8 <= got {
+                    let position = ~raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+                    if position % ringSize == at + UInt64(index), position < UInt64(1) << 56,
+                        position > (latest ?? 0) || latest == nil
+                    {
+                        latest = position
+                    }
+                    index += 8
+                }
+            }
+            at += UInt64(got)
+        }
+        return latest
     }
 
     /// Every entry at once: for tests and small journals.

@@ -104,6 +104,41 @@ import Testing
         }
     }
 
+    /// One journal field of a killed session's header corrupted in turn: the header's size, the
+    /// reserved end, the consumed position. The file goes to damaged/ with a note, the replay
+    /// says so (65), and every acknowledged event is imported all the same, found by its own
+    /// checksum.
+    @Test(arguments: [
+        ("header size", 8, 4, UInt64(8192)), ("reserved end", 80, 8, UInt64(0)),
+        ("reserved end", 80, 8, UInt64(1) << 40), ("consumed position", 88, 8, UInt64(1) << 40),
+    ])
+    func aDamagedJournalHeaderLosesNoEvent(_ field: String, _ offset: Int, _ width: Int, _ value: UInt64) throws {
+        let directory = makeTemporaryDirectory("damaged-header")
+        let (acked, _, session) = try killStorm(directory, afterMilliseconds: 40)
+        let path = directory + "/" + SessionFile.fileName(sessionID: session)
+        let file = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try file.seek(toOffset: UInt64(offset))
+        var bytes = withUnsafeBytes(of: value.littleEndian) { Array($0) }
+        bytes = Array(bytes.prefix(width))
+        try file.write(contentsOf: Data(bytes))
+        try file.close()
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+        #expect(replay.exitCode == 65, "\(field): \(replay.stdout) \(replay.stderr)")
+        #expect(replay.stdout.contains("damaged"), "\(field): \(replay.stdout)")
+        let aside = (try? FileManager.default.contentsOfDirectory(atPath: directory + "/damaged")) ?? []
+        #expect(aside.contains(SessionFile.fileName(sessionID: session)), "\(field): set aside, not deleted: \(aside)")
+        #expect(aside.contains { $0.hasSuffix(".txt") }, "\(field): with a note")
+        var seen = [Int](repeating: 0, count: 4)
+        for event in events(try storedEvents(directory), named: "storm_event", session: session) {
+            if let thread = property(event, "thread") as? Int { seen[thread] += 1 }
+        }
+        for thread in 0..<4 {
+            #expect(
+                seen[thread] >= acked[thread],
+                "\(field): thread \(thread): \(seen[thread]) of \(acked[thread]) acknowledged")
+        }
+    }
+
     @Test func aCrashRightAfterTrackingKeepsEveryEventAndTheLast50AsBreadcrumbs() throws {
         let directory = makeTemporaryDirectory("crash-now")
         let crashed = try run(

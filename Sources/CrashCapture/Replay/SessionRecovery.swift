@@ -136,7 +136,7 @@ package struct SessionRecovery: Sendable {
             result.outcome = .busy
             return result
         }
-        let session: SessionFile
+        var session: SessionFile
         do {
             session = try SessionFile.read(fd: fd, path: path)
         } catch {
@@ -150,6 +150,17 @@ package struct SessionRecovery: Sendable {
             result.outcome = .alive
             return result
         }
+        // A journal whose header disagrees with its own entries: every intact entry is imported
+        // from what the entries say, and the file is set aside with a note, never deleted.
+        var damage: String?
+        do {
+            if let checked = try session.checkedJournal() {
+                session = checked.repaired
+                damage = "journal header damaged: " + checked.problem
+            }
+        } catch {
+            damage = "journal unreadable: \(error)"
+        }
         do {
             try closeSession(session, into: &result)
         } catch {
@@ -159,6 +170,13 @@ package struct SessionRecovery: Sendable {
             return result
         }
         if let crash = result.crashFile, crash.outcome == .skippedLive {
+            return result
+        }
+        if let damage {
+            result.outcome = .damaged
+            result.problem = damage
+            moveAside(name, reason: damage)
+            try? store.forgetJournal(session: session.sessionID)
             return result
         }
         replayer.folder?.remove(name)
