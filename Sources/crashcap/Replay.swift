@@ -181,9 +181,17 @@ extension Crashcap {
                     print("damaged: " + CaptureFile.printable("\(session.path): \(session.problem ?? "")"))
                 }
             }
+            let notArchived = summary.files.filter { $0.notArchived != nil }
+            for file in notArchived {
+                FileHandle.standardError.write(
+                    Data(
+                        "crashcap: imported but not archived, left in place: \(CaptureFile.printable(file.path)): \(file.notArchived!)\n"
+                            .utf8))
+            }
             var complete = true
             if let endpoint { complete = try target.upload(store, to: endpoint) }
             if summary.count(.damaged) > 0 || !damagedSessions.isEmpty { throw ExitCode(65) }
+            if !notArchived.isEmpty { throw ExitCode(73) }  // EX_CANTCREAT: the archive took nothing
             if !complete { throw ExitCode(75) }
         }
     }

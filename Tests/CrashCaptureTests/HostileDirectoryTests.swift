@@ -148,6 +148,22 @@ import Testing
         #expect(show.stdout.contains("no crash recorded in this session"))
     }
 
+    /// `replay --archive` where archive/ is a link: the crash is imported, the file stays where
+    /// it is (nothing is written through the link), and the command says so and fails.
+    @Test func anArchiveThatIsALinkIsReportedNotSilent() throws {
+        let directory = try directoryWithAReport("archive-link")
+        let elsewhere = makeTemporaryDirectory("archive-elsewhere")
+        #expect(symlink(elsewhere, directory + "/archive") == 0)
+        let real = try #require(crashFiles(in: directory).first)
+        let replay = try run(Paths.crashcap, ["replay", directory, "--archive"], timeout: 20)
+        #expect(replay.exitCode == 73, "\(replay.stdout) \(replay.stderr)")
+        #expect(replay.stderr.contains("not archived"), "\(replay.stderr)")
+        #expect(FileManager.default.fileExists(atPath: real), "left in place")
+        #expect(
+            ((try? FileManager.default.contentsOfDirectory(atPath: elsewhere)) ?? []).isEmpty,
+            "nothing through the link")
+    }
+
     /// A file that only ends in `.ccr` is not a crash file: replay neither imports nor deletes it.
     @Test func replayTakesOnlyCrashFilesByTheirName() throws {
         let directory = try directoryWithAReport("only-crash-files")

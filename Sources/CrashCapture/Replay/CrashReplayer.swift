@@ -22,6 +22,8 @@ package struct CrashReplayer: Sendable {
         package var importedEvents = 0
         package var problems: [CrashFileProblem] = []
         package var movedTo: String?
+        /// Imported, but kept in place: `archive/` could not take it (a link, not a folder).
+        package var notArchived: String?
     }
 
     package struct Summary: Sendable {
@@ -257,6 +259,10 @@ package struct CrashReplayer: Sendable {
                 results[index].movedTo = moveAside(file.name, problems: results[index].problems)
             } else if archive {
                 results[index].movedTo = folder.flatMap { PrivateFiles.move(file.name, in: $0, into: "archive") }
+                if results[index].movedTo == nil {
+                    results[index].notArchived =
+                        "archive/ is not a private folder of the directory (a link, or not a folder), or refused the file"
+                }
             } else {
                 folder?.remove(file.name)
             }
