@@ -39,6 +39,8 @@ package final class IngestCollector: @unchecked Sendable {
         package var maximumBody = 32 << 20
         package var maximumInflated = 64 << 20
         package var maximumConnections = 512
+        /// Slots one address may hold at once (its oldest idle connection makes room past that).
+        package var maximumConnectionsPerPeer = 128
         package var headerTimeout = 10.0
         /// A connection that sends nothing at all within this is closed.
         package var firstByteTimeout = 5.0
@@ -68,7 +70,7 @@ package final class IngestCollector: @unchecked Sendable {
     private var uploadCount = 0
     /// Every open connection, and since when it has been idle (no request begun since its last
     /// answer, or none ever); nil while a request is in progress.
-    private var connections: [ObjectIdentifier: (channel: Channel, idleSince: UInt64?)] = [:]
+    private var connections: [ObjectIdentifier: (channel: Channel, peer: String, idleSince: UInt64?)] = [:]
 
     package init(
         host: String = "127.0.0.1", port: UInt16, databasePath: String, faults: Faults = Faults(),
@@ -153,19 +155,30 @@ package final class IngestCollector: @unchecked Sendable {
     /// A new connection takes a free slot, or the slot of the connection idle the longest, which
     /// is closed: sockets that hold a slot and send nothing cannot keep real clients out. Only
     /// when every connection is inside a request is the new one refused (503).
+    /// A peer (an address) may hold `maximumConnectionsPerPeer` slots: past that its own oldest
+    /// idle connection makes room, so one client cannot take the slots of all the others.
     private func admit(_ channel: Channel) -> Bool {
+        let peer = channel.remoteAddress?.ipAddress ?? "?"
         let evicted: Channel? = lock.withLock {
-            if connections.count >= limits.maximumConnections {
-                guard
-                    let oldest = connections.filter({ $0.value.idleSince != nil })
-                        .min(by: { $0.value.idleSince! < $1.value.idleSince! })
-                else { return nil }
-                connections[oldest.key] = nil
-                connections[ObjectIdentifier(channel)] = (channel, DispatchTime.now().uptimeNanoseconds)
-                return oldest.value.channel
+            func oldestIdle(_ among: [ObjectIdentifier: (channel: Channel, peer: String, idleSince: UInt64?)]) -> (
+                key: ObjectIdentifier, channel: Channel
+            )? {
+                among.filter { $0.value.idleSince != nil }.min { $0.value.idleSince! < $1.value.idleSince! }
+                    .map { ($0.key, $0.value.channel) }
             }
-            connections[ObjectIdentifier(channel)] = (channel, DispatchTime.now().uptimeNanoseconds)
-            return channel
+            let now = DispatchTime.now().uptimeNanoseconds
+            let own = connections.filter { $0.value.peer == peer }
+            var room: (key: ObjectIdentifier, channel: Channel)?
+            if own.count >= limits.maximumConnectionsPerPeer {
+                guard let oldest = oldestIdle(own) else { return nil }
+                room = oldest
+            } else if connections.count >= limits.maximumConnections {
+                guard let oldest = oldestIdle(connections) else { return nil }
+                room = oldest
+            }
+            if let room { connections[room.key] = nil }
+            connections[ObjectIdentifier(channel)] = (channel, peer, now)
+            return room?.channel ?? channel
         }
         guard let evicted else { return false }
         if evicted !== channel { evicted.close(promise: nil) }

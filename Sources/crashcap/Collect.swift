@@ -60,8 +60,14 @@ extension Crashcap {
         @Option(help: "Seconds an idle keep-alive connection stays open.")
         var idleTimeout = 30.0
 
-        @Option(help: "Connections served at once; more get 503 with Retry-After.")
+        @Option(
+            help:
+                "Connections served at once. When all are taken, the one idle the longest is closed for a new one; only when every one is inside a request does a new one get 503 with Retry-After."
+        )
         var maxConnections = 512
+
+        @Option(help: "Connections one address may hold at once; past that its own oldest idle one is closed.")
+        var maxConnectionsPerPeer = 128
 
         @Option(help: "Largest request body in bytes (then 413).")
         var maxBody = 32 << 20
@@ -78,7 +84,7 @@ extension Crashcap {
             }
             if !(100...599).contains(failStatus) { throw ValidationError("--fail-status must be an HTTP status") }
             if headerTimeout <= 0 || firstByteTimeout <= 0 || bodyTimeout <= 0 || idleTimeout <= 0 || maxConnections < 1
-                || maxBody < 1
+                || maxConnectionsPerPeer < 1 || maxBody < 1
             {
                 throw ValidationError("timeouts and limits must be positive")
             }
@@ -94,6 +100,7 @@ extension Crashcap {
             var limits = IngestCollector.Limits()
             limits.headerTimeout = headerTimeout
             limits.firstByteTimeout = firstByteTimeout
+            limits.maximumConnectionsPerPeer = maxConnectionsPerPeer
             limits.bodyTimeout = bodyTimeout
             limits.idleTimeout = idleTimeout
             limits.maximumConnections = maxConnections

@@ -141,6 +141,26 @@ import Testing
         #expect(out == "HTTP/1.1 503 Service Unavailable True\nHTTP/1.1 200 OK\n", "\(out)")
     }
 
+    /// One address holds at most --max-connections-per-peer slots, whatever the free ones: busy
+    /// ones make a fifth wait (503); idle ones make room for it.
+    @Test func onePeerCannotTakeEverySlot() throws {
+        let collector = try CollectorProcess(["--max-connections-per-peer", "4"])
+        let out = try raw(
+            collector,
+            """
+            held = [connect() for _ in range(4)]
+            for h in held: h.sendall(b"GET /he")
+            time.sleep(0.3)
+            s = connect()
+            print(s.recv(1000).split(b"\\r\\n")[0].decode())
+            for h in held: h.close()
+            idle = [connect() for _ in range(4)]
+            time.sleep(0.3)
+            print(ask(b"GET /health HTTP/1.1\\r\\nConnection: close\\r\\n\\r\\n"))
+            """)
+        #expect(out == "HTTP/1.1 503 Service Unavailable\nHTTP/1.1 200 OK\n", "\(out)")
+    }
+
     /// 600 sockets that connect and never send a byte, more than the 512 slots: uploads and
     /// /health are answered within 1 s throughout, for the idle ones make room (the oldest is
     /// closed for a new connection), and each is closed after the first-byte timeout anyway.
