@@ -356,8 +356,10 @@ final class ElfutilsModule {
         return .success(ElfutilsModule(handle: handle))
     }
 
-    /// Downloads by build-id into libdebuginfod's cache; the cached file's path.
+    /// Downloads by build-id into libdebuginfod's cache; the cached file's path. The cache is
+    /// kept within its bound first (once a process).
     static func debuginfod(buildID: String, executable: Bool) -> Result<String, CrashCaptureError> {
+        DebuginfodCache.pruneOnce()
         var bytes: [UInt8] = []
         var index = buildID.startIndex
         while let next = buildID.index(index, offsetBy: 2, limitedBy: buildID.endIndex), index != next {
@@ -404,6 +406,54 @@ final class ElfutilsModule {
                 function: $0.function.map { String(cString: $0) }, file: $0.file.map { String(cString: $0) },
                 line: $0.line > 0 ? Int($0.line) : nil, column: $0.column > 0 ? Int($0.column) : nil,
                 start: $0.has_start != 0 ? $0.start : nil)
+        }
+    }
+}
+
+/// libdebuginfod's cache ($DEBUGINFOD_CACHE_PATH, else $XDG_CACHE_HOME/debuginfod_client, else
+/// ~/.cache/debuginfod_client) only forgets by age (a week unused), never by size: a server that
+/// answers with large files would fill the disk. Before the first download of a process, the
+/// build-ids used least recently are removed until it holds at most
+/// CRASHCAPTURE_DEBUGINFOD_CACHE_BYTES (2 GiB by default).
+enum DebuginfodCache {
+    static let defaultBound: UInt64 = 2 << 30
+    private static let once: Void = prune()
+
+    static func pruneOnce() { _ = once }
+
+    static var directory: String? {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment["DEBUGINFOD_CACHE_PATH"], !path.isEmpty { return path }
+        if let cache = environment["XDG_CACHE_HOME"], !cache.isEmpty { return cache + "/debuginfod_client" }
+        if let home = environment["HOME"], !home.isEmpty { return home + "/.cache/debuginfod_client" }
+        return nil
+    }
+
+    static func prune() {
+        let bound =
+            ProcessInfo.processInfo.environment["CRASHCAPTURE_DEBUGINFOD_CACHE_BYTES"].flatMap { UInt64($0) }
+            ?? defaultBound
+        guard let directory, let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        // One folder a build-id; its files, the downloads. Links are not followed.
+        var entries: [(path: String, bytes: UInt64, used: Int)] = []
+        for name in names where name.count >= 8 && name.allSatisfy(\.isHexDigit) {
+            let path = directory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { continue }
+            var bytes: UInt64 = 0
+            var used = Int(info.st_mtim.tv_sec)
+            for file in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                var fileInfo = stat()
+                guard lstat(path + "/" + file, &fileInfo) == 0 else { continue }
+                bytes += UInt64(max(0, Int64(fileInfo.st_blocks) * 512))
+                used = max(used, Int(fileInfo.st_atim.tv_sec), Int(fileInfo.st_mtim.tv_sec))
+            }
+            entries.append((path, bytes, used))
+        }
+        var total = entries.reduce(0) { $0 + $1.bytes }
+        for entry in entries.sorted(by: { $0.used < $1.used }) where total > bound {
+            try? FileManager.default.removeItem(atPath: entry.path)
+            total -= entry.bytes
         }
     }
 }

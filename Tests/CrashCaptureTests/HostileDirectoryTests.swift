@@ -179,6 +179,39 @@ import Testing
         #expect(crashed.count == 1)
     }
 
+    /// libdebuginfod's cache is kept within its bound: the build-ids used least recently go first.
+    @Test func theDebuginfodCacheIsKeptWithinItsBound() throws {
+        let directory = makeTemporaryDirectory("debuginfod-cache-bound")
+        let json =
+            #"{"event_id":"gone","event":"$AppCrashed","type":"track","time":1,"distinct_id":"d","properties":{"crash_signal_name":"SIGSEGV"},"crash":{"frames":[{"pc":"0x1010","module":0,"offset":"0x10"}],"modules":[{"path":"/nonexistent/libgone.so","load_bias":"0x1000","start":"0x1000","end":"0x2000","build_id":"89abcdef0123456789abcdef0123456789abcdef"}]}}"#
+        try Data(HostileFile.record(type: 2, payload: Array(json.utf8)))
+            .write(to: URL(fileURLWithPath: directory + "/crash-gone.ccr"))
+        let cache = makeTemporaryDirectory("debuginfod-cache")
+        let olds = ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]
+        for (age, name) in olds.enumerated() {
+            try FileManager.default.createDirectory(atPath: cache + "/" + name, withIntermediateDirectories: true)
+            let file = cache + "/" + name + "/debuginfo"
+            try Data(repeating: 0x5a, count: 1 << 20).write(to: URL(fileURLWithPath: file))
+            // Used 3, 2 and 1 days ago.
+            var times = [timespec(tv_sec: time(nil) - (3 - age) * 86_400, tv_nsec: 0)]
+            times.append(times[0])
+            #expect(utimensat(AT_FDCWD, file, &times, 0) == 0)
+            #expect(utimensat(AT_FDCWD, cache + "/" + name, &times, 0) == 0)
+        }
+        let server = try silentServer()
+        defer { close(server.socket) }
+        let show = try run(
+            Paths.crashcap, ["show", directory, "--no-color"],
+            environment: [
+                "DEBUGINFOD_URLS": server.url, "DEBUGINFOD_TIMEOUT": "1", "DEBUGINFOD_CACHE_PATH": cache,
+                "CRASHCAPTURE_DEBUGINFOD_CACHE_BYTES": "\(2 << 20 + 200_000)",
+            ], timeout: 60)
+        #expect(!show.timedOut)
+        let left = Set((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? [])
+        #expect(!left.contains("aaaaaaaaaaaa"), "the least recently used goes: \(left)")
+        #expect(left.contains("bbbbbbbbbbbb") && left.contains("cccccccccccc"), "the rest stays: \(left)")
+    }
+
     /// `show` and `replay` never open a module path blocking: a FIFO costs them nothing.
     @Test func aModulePathThatIsAFIFOHangsNoCommand() throws {
         let directory = try directoryWithAModuleThatIsAFIFO("module-fifo")
