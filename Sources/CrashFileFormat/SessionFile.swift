@@ -206,19 +206,26 @@ package struct SessionFile: Sendable {
         guard ringSize > 0 else { return nil }
         let page = Int(CCF_SESSION_PAGE)
         let canonical = (Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count + page - 1) / page * page
-        var best: (headerSize: Int, positions: [UInt64], end: UInt64)?
+        var info = stat()
+        let fileSize = fstat(fd, &info) == 0 ? UInt64(max(0, Int64(info.st_size))) : 0
+        var best: (headerSize: Int, ringSize: UInt64, positions: [UInt64], end: UInt64)?
         for candidate in Set([headerSize, canonical]) {
-            guard let latest = try latestCommitWord(ringAt: candidate) else { continue }
-            var probe = self
-            probe.headerSize = candidate
-            probe.reserved = latest + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD))
-            var positions: [UInt64] = []
-            var end: UInt64 = 0
-            _ = try probe.forEachEntry { entry in
-                positions.append(entry.position)
-                end = max(end, entry.position + Self.entrySize(entry.payload.count))
+            // The ring fills the file after the header: its size is known twice.
+            let fromFile = fileSize > UInt64(candidate) ? (fileSize - UInt64(candidate)) & ~7 : 0
+            for size in Set([ringSize, fromFile]) where size > 0 && size <= UInt64(CCF_SESSION_MAXIMUM_RING) {
+                var probe = self
+                probe.headerSize = candidate
+                probe.ringSize = size
+                guard let latest = try probe.latestCommitWord() else { continue }
+                probe.reserved = latest + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD))
+                var positions: [UInt64] = []
+                var end: UInt64 = 0
+                _ = try probe.forEachEntry { entry in
+                    positions.append(entry.position)
+                    end = max(end, entry.position + Self.entrySize(entry.payload.count))
+                }
+                if positions.count > (best?.positions.count ?? 0) { best = (candidate, size, positions, end) }
             }
-            if positions.count > (best?.positions.count ?? 0) { best = (candidate, positions, end) }
         }
         guard let best else { return nil }
         var problems: [String] = []
@@ -226,6 +233,10 @@ package struct SessionFile: Sendable {
         if best.headerSize != headerSize {
             problems.append("the journal starts at byte \(best.headerSize), not at \(headerSize) as the header says")
             repaired.headerSize = best.headerSize
+        }
+        if best.ringSize != ringSize {
+            problems.append("the journal holds \(best.ringSize) bytes, not \(ringSize) as the header says")
+            repaired.ringSize = best.ringSize
         }
         // A torn last entry may lie past the last whole one: the reserved end may exceed it by one entry.
         if reserved < best.end || reserved > best.end + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD)) {
@@ -243,9 +254,10 @@ package struct SessionFile: Sendable {
         return (repaired, problems.joined(separator: "; "))
     }
 
-    /// The highest position whose commit word stands at its place in the ring when the ring
-    /// starts at file offset `offset`; nil when none does.
-    private func latestCommitWord(ringAt offset: Int) throws -> UInt64? {
+    /// The highest position whose commit word stands at its place in the ring (at `headerSize`,
+    /// `ringSize` bytes); nil when none does.
+    private func latestCommitWord() throws -> UInt64? {
+        let offset = headerSize
         var latest: UInt64?
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var at: UInt64 = 0

@@ -105,11 +105,11 @@ import Testing
     }
 
     /// One journal field of a killed session's header corrupted in turn: the header's size, the
-    /// reserved end, the consumed position. The file goes to damaged/ with a note, the replay
+    /// ring's size, the reserved end, the consumed position. The file goes to damaged/ with a note, the replay
     /// says so (65), and every acknowledged event is imported all the same, found by its own
     /// checksum.
     @Test(arguments: [
-        ("header size", 8, 4, UInt64(8192)), ("reserved end", 80, 8, UInt64(0)),
+        ("header size", 8, 4, UInt64(8192)), ("ring size", 16, 8, UInt64(1) << 20), ("reserved end", 80, 8, UInt64(0)),
         ("reserved end", 80, 8, UInt64(1) << 40), ("consumed position", 88, 8, UInt64(1) << 40),
     ])
     func aDamagedJournalHeaderLosesNoEvent(_ field: String, _ offset: Int, _ width: Int, _ value: UInt64) throws {
