@@ -77,10 +77,14 @@ package struct SessionFile: Sendable {
     }
 
     /// Reads the session file open at `fd`.
-    package static func read(fd: Int32, path: String) throws -> SessionFile {
+    /// `lenient`: for a file already found damaged, whose journal may still be saved: the magic
+    /// and version are not required, a header or ring size out of bounds is replaced by what the
+    /// file's layout gives, and a context whose size is wrong is read up to its first NUL. Only
+    /// a context that is not a JSON object with a session id stops it.
+    package static func read(fd: Int32, path: String, lenient: Bool = false) throws -> SessionFile {
         let fixedSize = Int(CCF_SESSION_FIXED_SIZE)
         let fixed = try readExactly(fd: fd, offset: 0, count: fixedSize, path: path)
-        guard fixed.count == fixedSize, Array(fixed[0..<4]) == Array(CCF_SESSION_MAGIC.utf8) else {
+        guard fixed.count == fixedSize, lenient || Array(fixed[0..<4]) == Array(CCF_SESSION_MAGIC.utf8) else {
             throw CrashCaptureError.corrupt("not a session file (no \(CCF_SESSION_MAGIC) header)", path: path)
         }
         func u32(_ offset: ccf_session_offset) -> UInt32 {
@@ -94,28 +98,44 @@ package struct SessionFile: Sendable {
             let bytes = fixed[start..<start + count].prefix { $0 != 0 }
             return String(decoding: bytes, as: UTF8.self)
         }
-        guard u32(CCF_SESSION_AT_VERSION) == CCF_SESSION_VERSION else {
+        guard lenient || u32(CCF_SESSION_AT_VERSION) == CCF_SESSION_VERSION else {
             throw CrashCaptureError.corrupt(
                 "session file version \(u32(CCF_SESSION_AT_VERSION)) is not one this version reads", path: path)
         }
-        let headerSize = Int(u32(CCF_SESSION_AT_HEADER_SIZE))
-        let ringSize = u64(CCF_SESSION_AT_RING_SIZE)
-        let contextSize = Int(u32(CCF_SESSION_AT_CONTEXT_SIZE))
-        guard headerSize >= fixedSize + contextSize, headerSize % Int(CCF_SESSION_PAGE) == 0,
-            contextSize <= Int(CCF_SESSION_MAXIMUM_CONTEXT), ringSize <= UInt64(CCF_SESSION_MAXIMUM_RING),
-            ringSize % 8 == 0
-        else {
+        var headerSize = Int(u32(CCF_SESSION_AT_HEADER_SIZE))
+        var ringSize = u64(CCF_SESSION_AT_RING_SIZE)
+        var contextSize = Int(u32(CCF_SESSION_AT_CONTEXT_SIZE))
+        let sane =
+            headerSize >= fixedSize + contextSize && headerSize % Int(CCF_SESSION_PAGE) == 0
+            && contextSize <= Int(CCF_SESSION_MAXIMUM_CONTEXT) && ringSize <= UInt64(CCF_SESSION_MAXIMUM_RING)
+            && ringSize % 8 == 0
+        guard sane || lenient else {
             throw CrashCaptureError.corrupt(
                 "session file header is damaged (header \(headerSize) bytes, context \(contextSize), ring \(ringSize))",
                 path: path)
         }
-        let contextBytes = try readExactly(fd: fd, offset: fixedSize, count: contextSize, path: path)
+        var contextBytes =
+            contextSize <= Int(CCF_SESSION_MAXIMUM_CONTEXT)
+            ? try readExactly(fd: fd, offset: fixedSize, count: contextSize, path: path) : []
+        if lenient && JSONTree.object(contextBytes) == nil {
+            let region = try readExactly(fd: fd, offset: fixedSize, count: Int(CCF_SESSION_MAXIMUM_CONTEXT), path: path)
+            contextBytes = Array(region.prefix { $0 != 0 })
+            contextSize = contextBytes.count
+        }
         let contextText = String(decoding: contextBytes, as: UTF8.self)
         guard
             let context = JSONTree.object(contextBytes),
             let sessionID = context["session_id"] as? String
         else {
             throw CrashCaptureError.corrupt("session file context is not the JSON object it should be", path: path)
+        }
+        if !sane {
+            // What the writer lays out: the header rounded up to a page, then the ring to the end.
+            let page = Int(CCF_SESSION_PAGE)
+            headerSize = (fixedSize + contextSize + page - 1) / page * page
+            var info = stat()
+            let fileSize = fstat(fd, &info) == 0 ? Int(info.st_size) : headerSize
+            ringSize = UInt64(max(0, fileSize - headerSize)) & ~7
         }
         let oom = u64(CCF_SESSION_AT_OOM_KILLS)
         return SessionFile(

@@ -104,12 +104,15 @@ import Testing
         }
     }
 
-    /// One journal field of a killed session's header corrupted in turn: the header's size, the
-    /// ring's size, the reserved end, the consumed position. The file goes to damaged/ with a note, the replay
+    /// One field of a killed session's header corrupted in turn: the magic, the version, the
+    /// header's size, the ring's size, the context's size, the reserved end, the consumed
+    /// position. The file goes to damaged/ with a note, the replay
     /// says so (65), and every acknowledged event is imported all the same, found by its own
     /// checksum.
     @Test(arguments: [
-        ("header size", 8, 4, UInt64(8192)), ("ring size", 16, 8, UInt64(1) << 20), ("reserved end", 80, 8, UInt64(0)),
+        ("magic", 0, 4, UInt64(0x5858_5858)), ("version", 4, 4, UInt64(77)), ("header size", 8, 4, UInt64(8192)),
+        ("header size", 8, 4, UInt64(12345)), ("ring size", 16, 8, UInt64(1) << 20), ("ring size", 16, 8, UInt64(7)),
+        ("context size", 104, 4, UInt64(9)), ("reserved end", 80, 8, UInt64(0)),
         ("reserved end", 80, 8, UInt64(1) << 40), ("consumed position", 88, 8, UInt64(1) << 40),
     ])
     func aDamagedJournalHeaderLosesNoEvent(_ field: String, _ offset: Int, _ width: Int, _ value: UInt64) throws {

@@ -137,13 +137,20 @@ package struct SessionRecovery: Sendable {
             return result
         }
         var session: SessionFile
+        // A header that cannot be read as it is: its journal is saved from what the file holds
+        // where it can be, and the file set aside with a note either way.
+        var damage: String?
         do {
             session = try SessionFile.read(fd: fd, path: path)
         } catch {
-            result.outcome = .damaged
-            result.problem = "\(error)"
-            moveAside(name, reason: "\(error)")
-            return result
+            guard let salvaged = try? SessionFile.read(fd: fd, path: path, lenient: true) else {
+                result.outcome = .damaged
+                result.problem = "\(error)"
+                moveAside(name, reason: "\(error)")
+                return result
+            }
+            session = salvaged
+            damage = "\(error)"
         }
         result.sessionID = session.sessionID
         if Self.isAlive(session) {
@@ -152,11 +159,11 @@ package struct SessionRecovery: Sendable {
         }
         // A journal whose header disagrees with its own entries: every intact entry is imported
         // from what the entries say, and the file is set aside with a note, never deleted.
-        var damage: String?
         do {
             if let checked = try session.checkedJournal() {
                 session = checked.repaired
-                damage = "journal header damaged: " + checked.problem
+                damage = [damage, "journal header damaged: " + checked.problem].compactMap { $0 }.joined(
+                    separator: "; ")
             }
         } catch {
             damage = "journal unreadable: \(error)"
