@@ -158,11 +158,12 @@ struct JSONScanner {
         var event = Event(text: start..<start)
         try expect(UInt8(ascii: "{"))
         keys.removeAll(keepingCapacity: true)
+        var seen: (UInt64, UInt64) = (0, 0)
         if !closesAtOnce(UInt8(ascii: "}")) {
             repeat {
                 skipSpace()
                 let key = try string()
-                try refuseRepeated(key.contents)
+                try refuseRepeated(key.contents, seen: &seen)
                 try expect(UInt8(ascii: ":"))
                 skipSpace()
                 let valueStart = index
@@ -192,14 +193,29 @@ struct JSONScanner {
         return event
     }
 
-    /// An event that names a key twice is refused: JSON readers differ on which value counts,
+    /// An object that names a key twice is refused: JSON readers differ on which value counts,
     /// and de-duplication would read one while the store keeps the other. Keys are compared as
     /// written (one spelled with escapes is another key), by length first.
-    private mutating func refuseRepeated(_ key: Range<Int>) throws {
-        for seen in keys where seen.count == key.count {
-            if memcmp(bytes.baseAddress! + seen.lowerBound, bytes.baseAddress! + key.lowerBound, key.count) == 0 {
-                let name = String(decoding: UnsafeBufferPointer(rebasing: bytes[key]), as: UTF8.self)
-                throw Failure(offset: key.lowerBound, reason: "key \"\(name)\" twice in one event")
+    /// Nested objects too (`properties` above all): `keys` is a stack, each object's keys above
+    /// `from`, the index where that object's keys begin. `seen` is the object's 128-bit filter of
+    /// the keys so far (by length and end bytes): only a key that may repeat is compared.
+    private mutating func refuseRepeated(_ key: Range<Int>, from start: Int = 0, seen: inout (UInt64, UInt64))
+        throws
+    {
+        let base = bytes.baseAddress!
+        let first = key.isEmpty ? 0 : base[key.lowerBound]
+        let last = key.isEmpty ? 0 : base[key.upperBound - 1]
+        let hash = (UInt64(key.count) &* 31 &+ UInt64(first) &* 7 &+ UInt64(last)) & 127
+        let bit = UInt64(1) << (hash & 63)
+        let maybe = hash < 64 ? seen.0 & bit != 0 : seen.1 & bit != 0
+        if hash < 64 { seen.0 |= bit } else { seen.1 |= bit }
+        if maybe {
+            for index in start..<keys.count {
+                let other = keys[index]
+                if other.count == key.count, memcmp(base + other.lowerBound, base + key.lowerBound, key.count) == 0 {
+                    let name = String(decoding: UnsafeBufferPointer(rebasing: bytes[key]), as: UTF8.self)
+                    throw Failure(offset: key.lowerBound, reason: "key \"\(name)\" twice in one object")
+                }
             }
         }
         keys.append(key)
@@ -219,9 +235,13 @@ struct JSONScanner {
         case UInt8(ascii: "{"):
             index += 1
             if closesAtOnce(UInt8(ascii: "}")) { return }
+            let start = keys.count
+            var seen: (UInt64, UInt64) = (0, 0)
+            defer { keys.removeLast(keys.count - start) }
             repeat {
                 skipSpace()
-                try string()
+                let key = try string()
+                try refuseRepeated(key.contents, from: start, seen: &seen)
                 try expect(UInt8(ascii: ":"))
                 try value(depth: depth + 1)
             } while try another(UInt8(ascii: "}"))

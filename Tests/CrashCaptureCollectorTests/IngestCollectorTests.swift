@@ -68,12 +68,21 @@ import Testing
             #"{"type":"track","event_id":"k3","event":"x","properties":{},"lib":{},"lib":{}}"#
         ])
         #expect(try collector.request("POST", "/sa", body: other).0 == 400)
+        let nested = try WireFormat.encode(events: [
+            #"{"type":"track","event_id":"k4","event":"x","properties":{"a":1,"b":{"c":1},"a":2}}"#
+        ])
+        #expect(try collector.request("POST", "/sa", body: nested).0 == 400, "a key twice in properties")
+        let sameKeyElsewhere = try WireFormat.encode(events: [
+            #"{"type":"track","event_id":"k5","event":"x","properties":{"a":{"a":1},"b":[{"a":1},{"a":2}]}}"#
+        ])
+        let (allowed, _) = try collector.request("POST", "/sa", body: sameKeyElsewhere)
+        #expect(allowed == 200, "one key in several objects is no repeat")
         // A genuine k2 later is stored: nothing of the refused batch was.
         let genuine = try WireFormat.encode(events: [#"{"type":"track","event_id":"k2","event":"x","properties":{}}"#])
         let (ok, answer) = try collector.request("POST", "/sa", body: genuine)
         #expect(ok == 200)
         #expect(String(decoding: answer, as: UTF8.self) == "{\"inserted\":1,\"duplicates\":0}")
-        #expect(try collector.events().count == 1)
+        #expect(try collector.events().count == 2)
     }
 
     @Test func deduplicatesByEventID() throws {
