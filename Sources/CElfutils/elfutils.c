@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,6 +125,7 @@ typedef struct {
 struct ccs_module {
     Dwfl_Callbacks callbacks;
     char *debuginfo_path;
+    int debuginfo_searched_in_vain;
     Dwfl *dwfl;
     Dwfl_Module *module;
     // Compilation units by address, from each unit's own ranges: for files without
@@ -142,7 +144,6 @@ struct ccs_module {
     size_t last_indexed;
 };
 
-static char searched_in_vain;
 
 // Build-ids whose separate debug info was searched for in vain, in this process: a module opened
 // again (from a symbol store, a download) is not searched again, so that a debuginfod server
@@ -178,20 +179,78 @@ static void remember_vain(const char *key) {
 // for a symbol table after a search that found nothing, and each search may ask debuginfod
 // (with its retries): a server that does not answer would cost a timeout per question. One
 // search per module (its failure kept in the module's userdata) and per build-id.
+// Whether `path`, if something is there, is a regular file of bounded size: libdwfl opens the
+// places it searches with a plain open(2), which waits forever on a FIFO.
+static int harmless(const char *path) {
+    struct stat status;
+    if (stat(path, &status) != 0) return 1;
+    return S_ISREG(status.st_mode) && status.st_size <= CCS_MAXIMUM_MODULE_BYTES;
+}
+
+// Every place libdwfl's standard search may open for this module (its build-id path and its
+// debuglink in the module's directory, its .debug/, and each directory of the search path):
+// all of them harmless, or the search is not made at all.
+static int search_is_harmless(
+    const char *search_path, const char *file_name, const char *debuglink_file, const char *build_id) {
+    char directory[PATH_MAX] = "";
+    if (file_name != NULL) {
+        snprintf(directory, sizeof directory, "%s", file_name);
+        char *slash = strrchr(directory, '/');
+        if (slash != NULL) *slash = '\0';
+        else directory[0] = '\0';
+    }
+    char linked[PATH_MAX];
+    const char *base = file_name != NULL ? strrchr(file_name, '/') : NULL;
+    snprintf(linked, sizeof linked, "%s", debuglink_file != NULL ? debuglink_file : "");
+    if (linked[0] == '\0' && base != NULL) snprintf(linked, sizeof linked, "%s.debug", base + 1);
+    char path[PATH_MAX];
+    const char *cursor = search_path != NULL ? search_path : ":.debug:/usr/lib/debug";
+    while (cursor != NULL) {
+        const char *end = strchr(cursor, ':');
+        size_t length = end != NULL ? (size_t)(end - cursor) : strlen(cursor);
+        char entry[PATH_MAX];
+        snprintf(entry, sizeof entry, "%.*s", (int)length, cursor);
+        const char *place = entry[0] == '+' || entry[0] == '-' ? entry + 1 : entry;
+        if (linked[0] != '\0') {
+            if (place[0] == '/') {
+                snprintf(path, sizeof path, "%s%s/%s", place, directory, linked);
+                if (!harmless(path)) return 0;
+                snprintf(path, sizeof path, "%s/%s", place, linked);
+                if (!harmless(path)) return 0;
+            } else {
+                snprintf(path, sizeof path, "%s%s%s/%s", directory, place[0] != '\0' ? "/" : "", place, linked);
+                if (!harmless(path)) return 0;
+            }
+        }
+        if (place[0] == '/' && build_id[0] != '\0') {
+            snprintf(path, sizeof path, "%s/.build-id/%.2s/%s.debug", place, build_id, build_id + 2);
+            if (!harmless(path)) return 0;
+            snprintf(path, sizeof path, "%s/.build-id/%.2s/%s", place, build_id, build_id + 2);
+            if (!harmless(path)) return 0;
+        }
+        cursor = end != NULL ? end + 1 : NULL;
+    }
+    return 1;
+}
+
 static int find_debuginfo_once(
     Dwfl_Module *module, void **userdata, const char *name, Dwarf_Addr base, const char *file_name,
     const char *debuglink_file, uint32_t debuglink_crc, char **debuginfo_file_name) {
-    if (*userdata == &searched_in_vain) return -1;
+    ccs_module *ours = *userdata;
+    if (ours != NULL && ours->debuginfo_searched_in_vain) return -1;
     char key[41];
     build_id_key(module, key);
-    if (key[0] != '\0' && searched_before(key)) {
-        *userdata = &searched_in_vain;
+    if ((key[0] != '\0' && searched_before(key)) ||
+        !search_is_harmless(ours != NULL ? ours->debuginfo_path : NULL, file_name, debuglink_file, key)) {
+        if (ours != NULL) ours->debuginfo_searched_in_vain = 1;
         return -1;
     }
+    // libdwfl's own search keeps its state in the userdata: it gets an empty one, ours is put back.
+    void *theirs = NULL;
     int fd = dw.standard_find_debuginfo(
-        module, userdata, name, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
+        module, &theirs, name, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
     if (fd < 0) {
-        *userdata = &searched_in_vain;
+        if (ours != NULL) ours->debuginfo_searched_in_vain = 1;
         if (key[0] != '\0') remember_vain(key);
     }
     return fd;
@@ -271,6 +330,10 @@ ccs_module *ccs_module_open(
         return NULL;
     }
     dw.report_end(module->dwfl, NULL, NULL);
+    // The search callback finds this module (its search path, what it already tried) here.
+    void **userdata = NULL;
+    dw.module_info(module->module, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
+    if (userdata != NULL) *userdata = module;
     return module;
 }
 

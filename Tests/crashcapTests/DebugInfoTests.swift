@@ -218,6 +218,21 @@ func expectMatchesLLVM(
         try expectMatchesLLVM(sample, reportDirectory: directory, module: "app")
     }
 
+    /// The debug file a module's .gnu_debuglink names is a FIFO: `crashcap show` never opens it
+    /// blocking, and shows the report without that debug info.
+    @Test func aDebuglinkThatNamesAFIFOHangsNothing() throws {
+        let sample = try InlineSample.built(.c)
+        let install = makeTemporaryDirectory("debuglink-fifo")
+        let (stripped, debug) = try InlineSample.strip(sample.unstripped, into: install, debuglink: true)
+        let (directory, _) = try InlineSample.crash(stripped)
+        try FileManager.default.removeItem(atPath: debug)
+        #expect(mkfifo(debug, 0o600) == 0)
+        let show = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 20)
+        #expect(!show.timedOut, "show waited on the FIFO")
+        #expect(show.seconds < 5)
+        #expect(show.stdout.contains("SIGSEGV"))
+    }
+
     @Test func debuglinkWithTheWrongCRCIsNotUsed() throws {
         let sample = try InlineSample.built(.c)
         let install = makeTemporaryDirectory("badcrc")
