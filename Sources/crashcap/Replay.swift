@@ -63,8 +63,16 @@ struct UploadTarget: ParsableArguments {
         }
     }
 
-    /// Sends everything pending; returns whether the store is empty afterwards.
-    func upload(_ store: EventStore, to endpoint: URL) throws -> Bool {
+    /// Sends everything pending; returns whether the store is empty afterwards. `quiet`: the
+    /// summary lines go to stderr, for a stdout that holds JSON only.
+    func upload(_ store: EventStore, to endpoint: URL, quiet: Bool = false) throws -> Bool {
+        func say(_ line: String) {
+            if quiet {
+                FileHandle.standardError.write(Data((line + "\n").utf8))
+            } else {
+                print(line)
+            }
+        }
         var options = UploadOptions()
         options.allowInsecureHTTP = allowInsecureHTTP
         let uploader: Uploader
@@ -76,9 +84,9 @@ struct UploadTarget: ParsableArguments {
         let before = store.count
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
-        print("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(endpoint))")
+        say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(endpoint))")
         if stats.splitBatches > 0 {
-            print("\(stats.splitBatches) batches were too large (413) and sent again in halves")
+            say("\(stats.splitBatches) batches were too large (413) and sent again in halves")
         }
         if stats.rejectedEvents > 0 {
             FileHandle.standardError.write(
@@ -189,7 +197,7 @@ extension Crashcap {
                             .utf8))
             }
             var complete = true
-            if let endpoint { complete = try target.upload(store, to: endpoint) }
+            if let endpoint { complete = try target.upload(store, to: endpoint, quiet: json) }
             if summary.count(.damaged) > 0 || !damagedSessions.isEmpty { throw ExitCode(65) }
             if !notArchived.isEmpty { throw ExitCode(73) }  // EX_CANTCREAT: the archive took nothing
             if !complete { throw ExitCode(75) }

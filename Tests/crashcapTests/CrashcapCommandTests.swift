@@ -26,6 +26,18 @@ import Testing
         #expect(damaged.stdout.contains("damaged: "))
     }
 
+    /// `replay --upload --json`: stdout is the JSON alone, the upload's summary goes to stderr.
+    @Test func replayWithUploadAndJSONPrintsOnlyJSON() throws {
+        let directory = makeTemporaryDirectory("replay-json-upload")
+        let crashed = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGABRT)
+        let collector = try CollectorProcess()
+        let replay = try run(Paths.crashcap, ["replay", directory, "--upload", collector.url, "--json"], timeout: 60)
+        #expect(replay.exitCode == 0, "\(replay.stderr)")
+        #expect((try? JSONSerialization.jsonObject(with: Data(replay.stdout.utf8))) != nil, "\(replay.stdout)")
+        #expect(replay.stderr.contains("uploaded 3 of 3 events"), "$AppStart, $AppCrashed, $AppEnd: \(replay.stderr)")
+    }
+
     /// 256 threads parked on one line of code: one stack, printed once with its count.
     @Test func showFoldsIdenticalThreadStacks() throws {
         let directory = makeTemporaryDirectory("show-threads")
