@@ -58,7 +58,9 @@ extension Crashcap {
                 FileHandle.standardError.write(
                     Data("crashcap: \(missing); functions are named from symbol tables only\n".utf8))
             }
-            let style = TextStyle(enabled: !noColor && !json && isatty(STDOUT_FILENO) == 1)
+            // NO_COLOR (no-color.org): present and not empty turns colour off, as --no-color does.
+            let noColorAsked = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
+            let style = TextStyle(enabled: !noColor && !noColorAsked && !json && isatty(STDOUT_FILENO) == 1)
             var damaged = false
             var live = 0
             for file in files {

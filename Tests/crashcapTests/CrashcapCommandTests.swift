@@ -26,6 +26,24 @@ import Testing
         #expect(damaged.stdout.contains("damaged: "))
     }
 
+    /// On a terminal `show` is in colour, unless NO_COLOR is set (or --no-color given).
+    @Test func showHonoursNoColor() throws {
+        let directory = makeTemporaryDirectory("no-color")
+        let crashed = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGABRT)
+        // util-linux's script gives the command a terminal of its own.
+        let command = "'\(Paths.crashcap)' show '\(directory)'"
+        // Empty: unset, whatever the test runner set.
+        let coloured = try run(
+            "/usr/bin/script", ["-qec", command, "/dev/null"], environment: ["NO_COLOR": "", "TERM": "xterm"],
+            timeout: 30)
+        #expect(coloured.stdout.contains("\u{1b}["), "colour on a terminal")
+        let plain = try run(
+            "/usr/bin/script", ["-qec", command, "/dev/null"], environment: ["NO_COLOR": "1"], timeout: 30)
+        #expect(plain.stdout.contains("SIGABRT"))
+        #expect(!plain.stdout.contains("\u{1b}["), "NO_COLOR: no escape sequence")
+    }
+
     /// `replay --upload --json`: stdout is the JSON alone, the upload's summary goes to stderr.
     @Test func replayWithUploadAndJSONPrintsOnlyJSON() throws {
         let directory = makeTemporaryDirectory("replay-json-upload")
