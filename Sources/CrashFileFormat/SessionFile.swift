@@ -228,20 +228,22 @@ package struct SessionFile: Sendable {
         let canonical = (Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count + page - 1) / page * page
         var info = stat()
         let fileSize = fstat(fd, &info) == 0 ? UInt64(max(0, Int64(info.st_size))) : 0
-        var best: (headerSize: Int, ringSize: UInt64, positions: [UInt64], end: UInt64)?
-        for candidate in Set([headerSize, canonical]) {
+        var best: (headerSize: Int, ringSize: UInt64, positions: [(start: UInt64, end: UInt64)], end: UInt64)?
+        // The header's own values first: another layout wins only with more entries.
+        for candidate in headerSize == canonical ? [headerSize] : [headerSize, canonical] {
             // The ring fills the file after the header: its size is known twice.
             let fromFile = fileSize > UInt64(candidate) ? (fileSize - UInt64(candidate)) & ~7 : 0
-            for size in Set([ringSize, fromFile]) where size > 0 && size <= UInt64(CCF_SESSION_MAXIMUM_RING) {
+            for size in (ringSize == fromFile ? [ringSize] : [ringSize, fromFile])
+            where size > 0 && size <= UInt64(CCF_SESSION_MAXIMUM_RING) {
                 var probe = self
                 probe.headerSize = candidate
                 probe.ringSize = size
                 guard let latest = try probe.latestCommitWord() else { continue }
                 probe.reserved = latest + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD))
-                var positions: [UInt64] = []
+                var positions: [(start: UInt64, end: UInt64)] = []
                 var end: UInt64 = 0
                 _ = try probe.forEachEntry { entry in
-                    positions.append(entry.position)
+                    positions.append((entry.position, entry.position + Self.entrySize(entry.payload.count)))
                     end = max(end, entry.position + Self.entrySize(entry.payload.count))
                 }
                 if positions.count > (best?.positions.count ?? 0) { best = (candidate, size, positions, end) }
@@ -263,8 +265,11 @@ package struct SessionFile: Sendable {
             problems.append("the journal's reserved end says \(reserved), its entries end at \(best.end)")
             repaired.reserved = best.end
         }
-        let first = best.positions.min() ?? 0
-        let boundary = consumed <= first || consumed >= best.end || best.positions.contains(consumed)
+        let first = best.positions.map(\.start).min() ?? 0
+        // The writer consumes whole entries: the consumed position never falls inside an intact
+        // one. It may stand where an entry was reserved and never committed (a thread killed
+        // while writing it), which no intact entry covers.
+        let boundary = !best.positions.contains { $0.start < consumed && consumed < $0.end }
         if consumed > repaired.reserved || !boundary {
             problems.append("the consumed position \(consumed) is not a place in the journal (\(first) to \(best.end))")
             repaired.consumed = first
