@@ -53,7 +53,6 @@ static _Atomic uint32_t *cc_frozen_answers;
 static _Atomic uint32_t cc_helper_state;
 static _Atomic uint32_t cc_helper_go;
 static _Atomic uint32_t cc_helper_release;
-static int cc_helper_refusal;  // the errno of the refused PTRACE_SEIZE
 static pid_t cc_helper_pid;
 static int cc_dumpable_before = -1;  // put back once every thread is seized
 // Per slot: seized by the helper, its stop seen, and the signal a stop reported (handed back
@@ -156,7 +155,7 @@ static int cc_freeze_helper(void *unused) {
     cc_raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     // SIGCHLD ignored here (the helper has its own dispositions): a frozen thread that dies with
     // the process is then released at once, instead of staying a zombie until its tracer, the
-    // helper, dies too; the process's parent sees the death that much sooner.
+    // helper, dies too.
     struct {
         void *handler;
         unsigned long flags;
@@ -175,7 +174,6 @@ static int cc_freeze_helper(void *unused) {
         long result = cc_raw_syscall(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0, 0);
         if (result == -EPERM && seized == 0) {
             // Refused (Yama, seccomp, no capability): the caller asks by signal instead.
-            cc_helper_refusal = EPERM;
             atomic_store(&cc_helper_state, CC_HELPER_REFUSED);
             cc_raw_wake(&cc_helper_state);
             return 0;

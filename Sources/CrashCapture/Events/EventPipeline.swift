@@ -360,11 +360,9 @@ final class EventPipeline: @unchecked Sendable {
             crashcapture_session_retire()
             try? store.forgetJournal(session: identity.sessionID)
         }
-        let uploadSeconds =
-            exitBound.map {
-                min(uploadDeadline, $0 - Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9)
-            }
-            ?? uploadDeadline
+        // At exit, the upload has what is left of the bound.
+        let spent = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let uploadSeconds = min(uploadDeadline, (exitBound ?? .infinity) - spent)
         if uploadSeconds > 0 { uploader?.flushNow(deadline: Date().addingTimeInterval(uploadSeconds)) }
     }
 }
