@@ -392,6 +392,16 @@ NOINLINE void sample_threads_256(void) {
     sample_null_read();
 }
 
+// 256 threads, then a file-size limit (hard, 64 KiB) too low for the whole report, then a
+// crash: the report is built again to fit, the crashing thread first.
+NOINLINE void sample_threads_256_file_size_then_segv(void) {
+    for (int i = 0; i < 256; i++) sample_start(sample_park_in_nanosleep);
+    sample_wait_for_parked(256);
+    struct rlimit limit = {64 * 1024, 64 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    sample_null_read();
+}
+
 static void *sample_short_lived(void *unused) {
     (void)unused;
     return NULL;
@@ -602,6 +612,7 @@ static const sample_kind sample_kinds[] = {
     {"threads-parked", sample_threads_parked},
     {"thread-blocks-signals", sample_thread_blocks_signals},
     {"threads-256", sample_threads_256},
+    {"threads-256-file-size-then-segv", sample_threads_256_file_size_then_segv},
     {"parked-threads", sample_parked_threads},
     {"threads-churning", sample_threads_churning},
     {"malloc-other-thread", sample_crash_while_other_mallocs},

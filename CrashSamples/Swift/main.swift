@@ -102,6 +102,8 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         _ = crashSwiftNullRead()
     case "pipeline-storm":
         trackUntilKilled()
+    case "pipeline-burst":
+        trackBurst(count)
     case "pipeline-fork":
         // The child's events must not land in the parent's journal: they are dropped there.
         trackAll()
@@ -129,6 +131,45 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         return false
     }
     return true
+}
+
+/// The disk this live process holds in the capture directory (its session and crash files), then
+/// `count` events from four threads as fast as they can, then the flush: one JSON line with the
+/// disk in bytes, the events dropped, and one thread's track() latencies (p99, ns).
+func trackBurst(_ count: Int) {
+    let directory = ProcessInfo.processInfo.environment["CRASHCAPTURE_DIR"]!
+    var disk = 0
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    where name.hasPrefix("session-") || name.hasPrefix("crash-") {
+        var info = stat()
+        if stat(directory + "/" + name, &info) == 0 { disk += Int(info.st_blocks) * 512 }
+    }
+    let group = DispatchGroup()
+    let latencies = UnsafeMutablePointer<UInt64>.allocate(capacity: count / 4)
+    let address = UInt(bitPattern: latencies)
+    for thread in 0..<4 {
+        group.enter()
+        Thread {
+            let latencies = UnsafeMutablePointer<UInt64>(bitPattern: address)!
+            var clock = timespec()
+            for index in 0..<(count / 4) {
+                clock_gettime(CLOCK_MONOTONIC, &clock)
+                let start = UInt64(clock.tv_sec) * 1_000_000_000 + UInt64(clock.tv_nsec)
+                try! CrashCapture.track("burst_event", properties: ["thread": .int(thread), "index": .int(index)])
+                if thread == 0 {
+                    clock_gettime(CLOCK_MONOTONIC, &clock)
+                    latencies[index] = UInt64(clock.tv_sec) * 1_000_000_000 + UInt64(clock.tv_nsec) - start
+                }
+            }
+            group.leave()
+        }.start()
+    }
+    group.wait()
+    let sorted = UnsafeMutableBufferPointer(start: latencies, count: count / 4).sorted()
+    let p99 = sorted.isEmpty ? 0 : sorted[sorted.count * 99 / 100]
+    CrashCapture.flush(timeout: 60)
+    FileHandle.standardOutput.write(
+        Data("{\"disk\":\(disk),\"dropped\":\(CrashCapture.droppedBeforeStore),\"p99_ns\":\(p99)}\n".utf8))
 }
 
 /// Four threads track numbered events until the process is killed. After each track() returns,
@@ -187,7 +228,7 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-oom", "pipeline-fork",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-oom", "pipeline-fork",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -284,7 +325,8 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
                 directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
                 staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
                 upload: upload,
-                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) } ?? 32 << 20))
+                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) }
+                    ?? CrashCapture.Configuration(directory: "", appName: "", appVersion: "").journalBytes))
     } catch {
         fail("crash capture not installed: \(error)")
     }

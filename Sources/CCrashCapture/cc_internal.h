@@ -20,10 +20,14 @@
 #define CC_MAX_MODULES 512
 #define CC_MODULE_JSON_CAPACITY (192 * 1024)
 #define CC_STATIC_JSON_CAPACITY (32 * 1024)
-#define CC_DEFAULT_RESERVED_BYTES (CC_RECORD_CAPACITY + 16 * 1024)
-// The largest report the crash path writes (every thread's stack and registers included); the
-// crash file reserves this much at install, so that a full disk cannot lose it.
+// The largest report the crash path writes (every thread's stack and registers included).
 #define CC_RECORD_CAPACITY (2 * 1024 * 1024 + 64 * 1024)
+// What the crash file reserves at install, so that a full disk cannot lose the report: 960 KiB
+// holds most reports whole (a crash among 256 threads writes about 170 KiB), and keeps a live
+// process's disk, with the 1 MiB journal, under 2 MiB. A larger report that finds no room past
+// it is built again to fit (CC_SMALLEST_REPORT_ROOM at least: the crashing thread whole).
+#define CC_DEFAULT_RESERVED_BYTES (960 * 1024)
+#define CC_SMALLEST_REPORT_ROOM (32 * 1024)
 #define CC_MAX_THREADS 512       // other threads captured at most; the rest are counted
 #define CC_THREAD_FRAMES 128     // frames per other thread
 #define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
@@ -87,6 +91,7 @@ typedef struct cc_state {
     ino_t unwinder_pipe_ino;
     uint64_t record_offset;  // where the crash records go (after the session record)
     size_t reserved_bytes;
+    uint64_t reserved_in_file;  // bytes of the crash file reserved at install (0: a file made since)
     bool crash_line;  // one line on stderr at a crash
     bool record_arguments;  // the command line's arguments in the report, not only the program
     // The directory held as many crash files or bytes as it may at install: a crash here is

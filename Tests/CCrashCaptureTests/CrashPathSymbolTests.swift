@@ -10,7 +10,8 @@ import Testing
 @Suite struct CrashPathSymbolTests {
     /// signal-safety(7), as far as the folder uses it.
     static let signalSafe: Set<String> = [
-        "abort", "clock_gettime", "close", "fdatasync", "fstat", "fsync", "getpid", "linkat", "lseek", "memcmp",
+        "abort", "clock_gettime", "close", "fdatasync", "fstat", "fsync", "ftruncate", "getpid", "linkat", "lseek",
+        "memcmp",
         "memcpy",
         "memmove", "mkdir", "memset", "nanosleep", "openat", "poll", "pthread_sigmask", "raise", "read", "sigaction",
         "sigaddset",

@@ -7,40 +7,68 @@ import Testing
 @testable import CrashCapture
 
 @Suite struct EventPipelineTests {
-    func pipeline(journalBytes: Int = 1 << 20) throws -> EventPipeline {
+    func pipeline(journalBytes: Int = 1 << 20, fullJournalWait: Duration = .seconds(1)) throws -> EventPipeline {
         let store = try EventStore(path: makeTemporaryDirectory("pipeline-unit") + "/events.sqlite")
         let identity = EventPipeline.Identity(
             sessionID: "session", appVersion: "1", staticProperties: "\"k\":1", distinctID: "anonymous")
-        return EventPipeline(store: store, identity: identity, uploader: nil, memoryJournalBytes: journalBytes)
+        return EventPipeline(
+            store: store, identity: identity, uploader: nil, memoryJournalBytes: journalBytes,
+            fullJournalWait: fullJournalWait)
     }
 
     func event(_ index: Int) -> PendingEvent {
         PendingEvent(name: "e", properties: ["index": .int(index)], timeMilliseconds: 0, method: "code")
     }
 
-    @Test func aFullJournalDropsAndCountsWithoutBlocking() throws {
-        let pipeline = try pipeline(journalBytes: 64 << 10)
-        // Hold the writer so that nothing drains while the journal fills.
-        let held = DispatchSemaphore(value: 0)
-        pipeline.onWriter { held.wait() }
+    func trackFromFourThreads(_ pipeline: EventPipeline, eventsEach: Int) -> DispatchGroup {
         let group = DispatchGroup()
         for thread in 0..<4 {
             group.enter()
             Thread {
-                for index in 0..<1000 { pipeline.enqueue(event(thread * 10_000 + index)) }
+                for index in 0..<eventsEach { pipeline.enqueue(event(thread * 10_000 + index)) }
                 group.leave()
             }.start()
         }
-        #expect(group.wait(timeout: .now() + 30) == .success, "track() waited for the writer")
+        return group
+    }
+
+    /// A journal of 64 KiB holds a few hundred events; 4,000 come while the writer is held for
+    /// 300 ms. track() waits for room instead of dropping, and every event reaches the store.
+    @Test func aFullJournalMakesTrackWaitForTheWriter() throws {
+        let pipeline = try pipeline(journalBytes: 64 << 10, fullJournalWait: .seconds(10))
+        let held = DispatchSemaphore(value: 0)
+        pipeline.onWriter { held.wait() }
+        let started = ContinuousClock.now
+        let group = trackFromFourThreads(pipeline, eventsEach: 1000)
+        #expect(group.wait(timeout: .now() + 0.3) == .timedOut, "the journal held every event: nothing waited")
+        held.signal()
+        #expect(group.wait(timeout: .now() + 30) == .success)
+        #expect(ContinuousClock.now - started >= .milliseconds(300))
+        pipeline.flushToStore()
+        #expect(pipeline.droppedBeforeStore == 0)
+        #expect(pipeline.store.count == 4000)
+    }
+
+    /// Past the bound an event is dropped and counted, and while the writer stays stuck nobody
+    /// waits again: 4,000 calls end in far less than 4,000 bounds. Once the writer stores
+    /// again, track() has room and drops nothing more.
+    @Test func aJournalFullPastTheBoundDropsCountsAndStopsWaiting() throws {
+        let pipeline = try pipeline(journalBytes: 64 << 10, fullJournalWait: .milliseconds(200))
+        let held = DispatchSemaphore(value: 0)
+        pipeline.onWriter { held.wait() }
+        let started = ContinuousClock.now
+        let group = trackFromFourThreads(pipeline, eventsEach: 1000)
+        #expect(group.wait(timeout: .now() + 30) == .success, "track() waited for the writer past its bound")
+        #expect(ContinuousClock.now - started < .seconds(5))
         let dropped = pipeline.droppedBeforeStore
         #expect(dropped > 0 && dropped < 4000)
         held.signal()
         pipeline.flushToStore()
         #expect(pipeline.store.count + dropped == 4000)
-        // Room again once the writer caught up.
         pipeline.enqueue(event(99))
         pipeline.flushToStore()
         #expect(pipeline.droppedBeforeStore == dropped)
+        #expect(pipeline.store.count + dropped == 4001)
     }
 
     @Test func entriesThatWrapAroundTheRingEndReadBackWhole() throws {

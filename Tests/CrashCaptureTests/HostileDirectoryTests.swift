@@ -345,6 +345,26 @@ import Testing
         }
     }
 
+    /// A report larger than the room left (256 threads, a hard file-size limit of 64 KiB set
+    /// after install) is built again to fit: the crashing thread whole, as many others as fit,
+    /// and the report says it was trimmed.
+    @Test func aReportWithoutRoomForAllItsThreadsIsTrimmedToFit() throws {
+        let directory = makeTemporaryDirectory("fsize-trim")
+        let crashed = try run(
+            Paths.cSample, ["threads-256-file-size-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0), not of its own signal")
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let path = try #require(crashFiles(in: directory).first)
+        #expect(try #require(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) <= 64 << 10)
+        let crash = try #require(report.crashed?["crash"] as? [String: Any])
+        #expect(crash["threads_trimmed_to_fit"] as? Bool == true)
+        #expect(report.frames.count > 2, "the crashing thread's stack is whole")
+        let listed = try #require(crash["threads_listed"] as? Int)
+        let total = try #require(crash["threads_total"] as? Int)
+        #expect(listed > 0 && listed < 256 && total >= 257, "\(listed) of \(total) threads listed")
+    }
+
     @Test func aFileImportedInPartIsCountedAsDamaged() throws {
         let directory = try directoryWithAReport("bitflip")
         let path = try #require(crashFiles(in: directory).first)

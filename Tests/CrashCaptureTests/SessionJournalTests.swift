@@ -104,6 +104,29 @@ import Testing
         }
     }
 
+    /// The store's default cap of events, from four threads as fast as they can, with every
+    /// default: none dropped, all in SQLite, while the live process holds at most 2 MiB of disk.
+    /// The journal is far smaller than the burst, so the writer has to make track() wait.
+    @Test func aBurstOfTheStoresCapFromFourThreadsLosesNothingWithTheDefaultJournal() throws {
+        let directory = makeTemporaryDirectory("burst")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let result = try run(
+            Paths.swiftSample, ["pipeline-burst"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "100000"], timeout: 240)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let line = try #require(result.stdout.split(separator: "\n").last.map(String.init))
+        let figures = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Int])
+        #expect(figures["dropped"] == 0)
+        #expect(try #require(figures["disk"]) <= 2 << 20, "the live process held \(figures["disk"] ?? 0) bytes")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let stored = try store.events(limit: 200_000).filter { $0.payload.contains("\"event\":\"burst_event\"") }
+        // With the session's $AppStart and $AppEnd the store holds two events past its cap: it
+        // let the two oldest go, counted, and nothing else is missing.
+        #expect(store.count == 100_000)
+        #expect(store.droppedCount == 2)
+        #expect(stored.count == 99_999)
+    }
+
     /// One field of a killed session's header corrupted in turn: the magic, the version, the
     /// header's size, the ring's size, the context's size, the reserved end, the consumed
     /// position. The file goes to damaged/ with a note, the replay

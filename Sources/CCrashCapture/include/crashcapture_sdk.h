@@ -26,9 +26,13 @@ crashcapture_journal *crashcapture_journal_create_in_memory(size_t bytes);
 void crashcapture_journal_destroy_in_memory(crashcapture_journal *journal);
 
 /// Appends one entry (enum ccf_journal_entry_type) before returning: once this returns 0 the
-/// entry survives any death of the process (for the session's journal). -1: the journal is
-/// full or closed; the entry is counted as dropped.
-int crashcapture_journal_append(crashcapture_journal *journal, uint32_t type, const void *payload, size_t length);
+/// entry survives any death of the process (for the session's journal). A full journal makes
+/// the caller wait for the writer to consume, at most `wait_ns`; while an earlier wait ran out
+/// and the writer has consumed nothing since, no caller waits again. Not appended, the entry is
+/// counted as dropped: -1 the journal is closed (or a forked child's) or the entry is larger
+/// than it; -2 it stayed full for `wait_ns`.
+int crashcapture_journal_append(crashcapture_journal *journal, uint32_t type, const void *payload, size_t length,
+                                int64_t wait_ns);
 
 /// One committed entry. `payload` points into the journal, or into the caller's scratch
 /// buffer when the entry wraps around the ring's end.

@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/falloc.h>
+#include <linux/futex.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,6 +101,8 @@ struct crashcapture_journal {
     bool persistent;
     uint64_t prefaulted;  // ring bytes faulted in for writing so far (the writer's alone)
     _Atomic bool closed;
+    _Atomic uint32_t waiters;  // track() callers waiting for room
+    _Atomic bool stalled;      // a wait ran out and nothing was consumed since: nobody waits
     _Atomic uint64_t words[3];  // the counters of a journal without a session file
 };
 
@@ -115,6 +119,35 @@ static void cc_journal_init(crashcapture_journal *j, char *ring, uint64_t size, 
     j->consumed = &words[1];
     j->dropped = &words[2];
     atomic_store(&j->closed, false);
+    atomic_store(&j->stalled, false);
+}
+
+// Waiters sleep on the low half of `consumed`, which changes whenever the writer consumes (an
+// advance of exactly 4 GiB at once is impossible: the ring is smaller). Private futexes: only
+// this process's threads wait and wake, and the word's address identifies it within the process.
+static _Atomic uint32_t *cc_consumed_low_word(crashcapture_journal *j) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (_Atomic uint32_t *)j->consumed + 1;
+#else
+    return (_Atomic uint32_t *)j->consumed;
+#endif
+}
+
+static void cc_journal_wake_waiters(crashcapture_journal *j) {
+    if (atomic_load(&j->waiters) > 0)
+        syscall(SYS_futex, cc_consumed_low_word(j), FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+// Sleeps until the writer consumes past `consumed`, or for `timeout_ns`.
+static void cc_journal_wait_for_consume(crashcapture_journal *j, uint64_t consumed, int64_t timeout_ns) {
+    atomic_fetch_add(&j->waiters, 1);
+    // Sequentially consistent on both sides: either this load sees the writer's new position,
+    // or the writer's load of `waiters` sees this waiter and wakes it.
+    if (atomic_load(j->consumed) == consumed && !atomic_load(&j->closed)) {
+        struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+        syscall(SYS_futex, cc_consumed_low_word(j), FUTEX_WAIT_PRIVATE, (uint32_t)consumed, &timeout, NULL, 0);
+    }
+    atomic_fetch_sub(&j->waiters, 1);
 }
 
 
@@ -417,6 +450,7 @@ void cc_session_file_close(bool remove) {
     // A track() on another thread may still be inside an append: the mapping stays (address
     // space only), its pages are given back, and appends from now on are refused.
     atomic_store(&cc_session_journal.closed, true);
+    cc_journal_wake_waiters(&cc_session_journal);
     if (cc_session.ring != NULL) {
         if (cc_session.ring_in_file)
             fallocate(cc_session.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)cc_session.header_size,
@@ -494,14 +528,19 @@ static uint32_t cc_entry_crc(uint64_t position, uint32_t type, uint32_t length, 
     return cc_crc32c(cc_crc32c(0, head, sizeof(head)), payload, length);
 }
 
-int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const void *payload, size_t length) {
+static int cc_journal_drop(crashcapture_journal *j, int code) {
+    atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
+    return code;
+}
+
+int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const void *payload, size_t length,
+                                int64_t wait_ns) {
     if (j == NULL) return -1;
     uint64_t size = cc_entry_size(length);
     if (j->ring == NULL || atomic_load_explicit(&j->closed, memory_order_relaxed) || length > CCF_MAXIMUM_PAYLOAD ||
-        size > j->size) {
-        atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
-        return -1;
-    }
+        size > j->size)
+        return cc_journal_drop(j, -1);
+    int64_t deadline = 0;
     uint64_t position = atomic_load_explicit(j->reserved, memory_order_relaxed);
     for (;;) {
         uint64_t consumed = atomic_load_explicit(j->consumed, memory_order_acquire);
@@ -509,8 +548,18 @@ int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const vo
         // was read): then it lies behind `consumed`, the difference would wrap around and look
         // like a full ring, and the compare-and-swap below fails anyway and brings it up to date.
         if (position + size > consumed && position + size - consumed > j->size) {
-            atomic_fetch_add_explicit(j->dropped, 1, memory_order_relaxed);
-            return -1;
+            uint64_t now = (uint64_t)cc_monotonic_ns();
+            if (deadline == 0) deadline = (int64_t)now + wait_ns;
+            if (atomic_load_explicit(&j->closed, memory_order_relaxed)) return cc_journal_drop(j, -1);
+            if (wait_ns <= 0 || atomic_load_explicit(&j->stalled, memory_order_relaxed) || (int64_t)now >= deadline) {
+                if (wait_ns > 0) atomic_store_explicit(&j->stalled, true, memory_order_relaxed);
+                return cc_journal_drop(j, -2);
+            }
+            // Re-read: the stale `position` case must not make anyone sleep.
+            uint64_t current = atomic_load_explicit(j->reserved, memory_order_relaxed);
+            if (current == position) cc_journal_wait_for_consume(j, consumed, deadline - (int64_t)now);
+            position = atomic_load_explicit(j->reserved, memory_order_relaxed);
+            continue;
         }
         if (atomic_compare_exchange_weak_explicit(j->reserved, &position, position + size, memory_order_relaxed,
                                                   memory_order_relaxed))
@@ -560,7 +609,10 @@ int crashcapture_journal_read(crashcapture_journal *j, uint64_t position, crashc
 uint64_t crashcapture_journal_consumed(crashcapture_journal *j) { return j != NULL ? atomic_load(j->consumed) : 0; }
 
 void crashcapture_journal_consume(crashcapture_journal *j, uint64_t position) {
-    if (j != NULL) atomic_store_explicit(j->consumed, position, memory_order_release);
+    if (j == NULL) return;
+    atomic_store(j->consumed, position);
+    atomic_store_explicit(&j->stalled, false, memory_order_relaxed);
+    cc_journal_wake_waiters(j);
 }
 
 uint64_t crashcapture_journal_reserved(crashcapture_journal *j) { return j != NULL ? atomic_load(j->reserved) : 0; }

@@ -175,6 +175,23 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
     return faulted;
 }
 
+// The $AppCrashed and (unless the session already ended) $AppEnd records, framed, within `cap`.
+static size_t cc_build_report(char *out, size_t cap, const cc_crash *c) {
+    // The $AppEnd that follows needs a few hundred bytes; 16 KiB are left for it.
+    size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, c);
+    if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, c);
+    cc_frame_in_place(out, CCF_RECORD_EVENT, crashed);
+    size_t total = CCF_RECORD_HEADER_SIZE + crashed;
+    // A session already ended normally ($AppEnd tracked, then a crash in an atexit handler)
+    // must not get a second $AppEnd.
+    if (!atomic_load(&cc_global.session_ended)) {
+        size_t end = cc_build_end_event(out + total + CCF_RECORD_HEADER_SIZE, cap - total - CCF_RECORD_HEADER_SIZE, c);
+        cc_frame_in_place(out + total, CCF_RECORD_EVENT, end);
+        total += CCF_RECORD_HEADER_SIZE + end;
+    }
+    return total;
+}
+
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
     cc_found.crash_signal = signo;
     cc_found.crash_code = info != NULL ? info->si_code : 0;
@@ -205,18 +222,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     char *out = cc_record;
     size_t cap = sizeof(cc_record);
     int64_t events_start = cc_monotonic_ns();
-    // The $AppEnd that follows needs a few hundred bytes; 16 KiB are left for it.
-    size_t crashed = cc_build_crashed_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
-    if (crashed == 0) crashed = cc_build_minimal_event(out + CCF_RECORD_HEADER_SIZE, cap - 16384, &c);
-    cc_frame_in_place(out, CCF_RECORD_EVENT, crashed);
-    size_t total = CCF_RECORD_HEADER_SIZE + crashed;
-    // A session already ended normally ($AppEnd tracked, then a crash in an atexit handler)
-    // must not get a second $AppEnd.
-    if (!atomic_load(&cc_global.session_ended)) {
-        size_t end = cc_build_end_event(out + total + CCF_RECORD_HEADER_SIZE, cap - total - CCF_RECORD_HEADER_SIZE, &c);
-        cc_frame_in_place(out + total, CCF_RECORD_EVENT, end);
-        total += CCF_RECORD_HEADER_SIZE + end;
-    }
+    size_t total = cc_build_report(out, cap, &c);
     cc_found.events_ns = cc_monotonic_ns() - events_start;
 
     // RLIMIT_FSIZE lowered since install: a write past it raises SIGXFSZ, and the process would
@@ -231,7 +237,19 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
         lifted = fsize.rlim_max > fsize.rlim_cur && setrlimit(RLIMIT_FSIZE, &hard) == 0;
         allowed = lifted ? (fsize.rlim_max == RLIM_INFINITY ? UINT64_MAX : fsize.rlim_max) : fsize.rlim_cur;
     }
-    cc_write_report(out, total, cap, entry_ns, allowed);
+    // The space reserved at install holds most reports whole. A larger one (hundreds of deep
+    // stacks) that meets a full disk or the file-size limit is built again to fit what there is
+    // room for: the crashing thread whole, as many other threads as fit.
+    uint64_t offset = cc_global.record_offset;
+    uint64_t room = cc_global.reserved_in_file > offset ? cc_global.reserved_in_file - offset : 0;
+    uint64_t room_allowed = allowed > offset ? allowed - offset : 0;
+    if (allowed != UINT64_MAX && (room == 0 || room_allowed < room)) room = room_allowed;
+    bool can_shrink = total > room && room >= CC_SMALLEST_REPORT_ROOM;
+    if (cc_write_report(out, total, cap, entry_ns, allowed, can_shrink ? CC_WRITE_MAY_RETRY : CC_WRITE_ONCE) != 0) {
+        cc_found.report_trimmed = 1;
+        total = cc_build_report(out, (size_t)room, &c);
+        cc_write_report(out, total, cap, entry_ns, allowed, CC_WRITE_SMALLER_AGAIN);
+    }
     if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
     cc_write_crash_line(&c);
     // The other threads stay frozen: cc_chain lets go of them only for a handler of the app's.

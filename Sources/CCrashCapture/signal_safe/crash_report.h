@@ -48,6 +48,7 @@ typedef struct cc_findings {
     int crash_signal, crash_code;
     _Atomic int report_written;
     _Atomic int report_named;  // 1: linked in the directory; 2: kept in the session file; 3: noted in its header
+    int report_trimmed;        // the whole report found no room: built again to fit the space there was
     int64_t other_threads_ns;  // listing, freezing, waiting for and unwinding the other threads
     int64_t threads_asked_ns;  // of which listing them and starting their freeze
     // Where the rest of the handler's own work goes, for the timing record: reading the kept
@@ -101,7 +102,11 @@ size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_
 
 // Writes the framed records `out[0, total)` where they belong, makes them durable, and appends
 // the timing record; nothing past `allowed` bytes of file.
-void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
+// 0 once the report is written (or given up, its named file removed). CC_WRITE_MAY_RETRY: a
+// write that found no room (ENOSPC, EDQUOT, or past the file-size limit) returns its errno
+// instead and leaves the file for a smaller report, which CC_WRITE_SMALLER_AGAIN writes.
+typedef enum { CC_WRITE_ONCE, CC_WRITE_MAY_RETRY, CC_WRITE_SMALLER_AGAIN } cc_write_attempt;
+int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt);
 void cc_write_crash_line(const cc_crash *c);
 
 #endif

@@ -256,6 +256,7 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
     cc_buf_append_i64(b, total > listed + left_out ? total : listed + left_out);
     cc_buf_append_str(b, ",\"threads_listed\":");
     cc_buf_append_i64(b, listed);
+    if (cc_found.report_trimmed) cc_buf_append_str(b, ",\"threads_trimmed_to_fit\":true");
 }
 
 static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {

@@ -29,6 +29,7 @@ static int cc_new_crash_file(int dir) {
         return -1;
     }
     cc_global.record_offset = cc_global.session_record_len;
+    cc_global.reserved_in_file = 0;
     return fd;
 }
 
@@ -124,7 +125,6 @@ static void cc_publish(bool flush_directory) {
     }
 }
 
-void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed);
 static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_t allowed, int64_t handler_ns,
                             int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
                             bool named_before_sync, bool directory_flushed);
@@ -184,18 +184,25 @@ static void cc_remove_named_crash_file(void) {
     if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
 }
 
-void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed) {
+int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt) {
+    bool may_retry = attempt == CC_WRITE_MAY_RETRY;
     if (cc_global.record_offset + total > allowed) {
+        if (may_retry) return EFBIG;
         cc_remove_named_crash_file();
-        return;
+        return 0;
     }
     int fd = cc_crash_fd();
-    if (fd < 0) return;
+    if (fd < 0) return 0;
     int64_t write_start = cc_monotonic_ns();
     if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) {
+        int failed = errno;
+        if (may_retry && (failed == ENOSPC || failed == EDQUOT || failed == EFBIG)) return failed;
         cc_remove_named_crash_file();
-        return;
+        return 0;
     }
+    // A report written again, smaller, over the part of a larger one that fitted: what is left
+    // of that past its end would read as a damaged record.
+    if (attempt == CC_WRITE_SMALLER_AGAIN) ftruncate(fd, (off_t)(cc_global.record_offset + total));
     int64_t written = cc_monotonic_ns();
     int sync_ok;
     int64_t sync_ns, publish_ns;
@@ -217,7 +224,7 @@ void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint
                 atomic_store(&cc_found.report_named, 2);
                 atomic_store(&cc_found.report_written, 1);
             }
-            return;
+            return 0;
         }
         // On ext4 the file's flush also makes its name durable: without a journal,
         // ext4_sync_parent writes the directory of a file named since its last flush; with one,
@@ -249,6 +256,7 @@ void cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint
     int64_t done = cc_monotonic_ns();
     cc_write_timing(fd, out, total, cap, allowed, done - entry_ns, written - write_start, sync_ns, publish_ns,
                     sync_ok, named_before_sync, directory_flushed);
+    return 0;
 }
 
 // Timings are known only at the end; they ride in a record of their own that the kernel

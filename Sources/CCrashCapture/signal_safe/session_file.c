@@ -157,6 +157,7 @@ int cc_open_session_file(bool named, const char **step) {
     }
     if (err == 0 && !cc_note_file(fd, &cc_global.file_dev, &cc_global.file_ino)) err = errno;
     if (err == 0) {
+        cc_global.reserved_in_file = reserve;
         cc_global.record_offset = cc_global.session_record_len;
         cc_global.fd = fd;
         atomic_store(&cc_global.session_ended, 0);

@@ -58,14 +58,27 @@ final class EventPipeline: @unchecked Sendable {
     private let idPrefix: String
     private var aliveTimer: DispatchSourceTimer?
     private var ended = false
+    /// How long track() waits for room in a full journal before it drops the event.
+    let fullJournalWait: Duration
+    private let fullJournalWaitNs: Int64
+    private let dropLogged = Atomic<Bool>(false)
+    /// Bytes of entries read after which the writer commits, so that the room it gives back
+    /// reaches waiting track() callers while it goes on reading.
+    private let commitBytes: UInt64
 
     /// `journal`: the installed session's (nil: a journal of `memoryJournalBytes` in memory,
     /// for tests of the pipeline alone).
     init(
         store: EventStore, identity: Identity, uploader: Uploader?, journal: OpaquePointer? = nil,
-        memoryJournalBytes: Int = 1 << 20, tracksLifecycle: Bool = true
+        memoryJournalBytes: Int = 1 << 20, tracksLifecycle: Bool = true, fullJournalWait: Duration = .seconds(1)
     ) {
         self.tracksLifecycle = tracksLifecycle
+        self.fullJournalWait = fullJournalWait
+        let (seconds, attoseconds) = fullJournalWait.components
+        fullJournalWaitNs = max(
+            0,
+            seconds.multipliedReportingOverflow(by: 1_000_000_000).overflow
+                ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         self.store = store
         self.identity = identity
         self.uploader = uploader
@@ -79,6 +92,7 @@ final class EventPipeline: @unchecked Sendable {
         written = DistinctIdentity(distinctID: identity.distinctID, loginID: nil)
         idPrefix = identity.sessionID + "-"
         readPosition = crashcapture_journal_consumed(self.journal)
+        commitBytes = max(4096, crashcapture_journal_size(self.journal) / 4)
     }
 
     deinit {
@@ -87,23 +101,40 @@ final class EventPipeline: @unchecked Sendable {
         scratch.deallocate()
     }
 
-    /// Once this returns, the event is in the journal (or counted as dropped: the journal was full).
+    /// Once this returns, the event is in the journal, or counted as dropped: the journal stayed
+    /// full for `fullJournalWait`, or the event is larger than the whole journal.
     func enqueue(_ event: PendingEvent) {
         let number = event.eventID == nil ? sequence.wrappingAdd(1, ordering: .relaxed).newValue : 0
         // Most events fit a buffer on the stack; a larger one takes the String path.
-        let appended = withUnsafeTemporaryAllocation(byteCount: 2048, alignment: 8) { buffer -> Bool? in
+        let appended = withUnsafeTemporaryAllocation(byteCount: 2048, alignment: 8) { buffer -> Int32? in
             var writer = JournalWriter(buffer)
             write(event, number: number, into: &writer)
             guard !writer.overflow else { return nil }
             return crashcapture_journal_append(
-                journal, UInt32(CCF_JOURNAL_EVENT.rawValue), writer.bytes.baseAddress, writer.count) == 0
+                journal, UInt32(CCF_JOURNAL_EVENT.rawValue), writer.bytes.baseAddress, writer.count, fullJournalWaitNs)
         }
         if let appended {
-            if appended { scheduleDrain() }
+            noteAppend(appended)
             return
         }
         var text = journalText(event, id: event.eventID ?? idPrefix + Self.padded(number))
         append(UInt32(CCF_JOURNAL_EVENT.rawValue), &text)
+    }
+
+    private func noteAppend(_ result: Int32) {
+        if result == 0 {
+            scheduleDrain()
+            return
+        }
+        guard !dropLogged.exchange(true, ordering: .relaxed) else { return }
+        // A forked child's journal is closed on purpose: its drops are counted, not news.
+        guard crashcapture_session_journal() != nil || ownsJournal else { return }
+        let why =
+            result == -2
+            ? "the journal (\(crashcapture_journal_size(journal)) bytes) stayed full for \(fullJournalWait): the writer is not keeping up"
+            : "the event is larger than the journal (\(crashcapture_journal_size(journal)) bytes), or the session ended"
+        CrashCapture.logger.warning(
+            "track() dropped an event, counted in droppedBeforeStore (logged once): \(why)")
     }
 
     /// `journalText`, into a `JournalWriter`.
@@ -136,8 +167,10 @@ final class EventPipeline: @unchecked Sendable {
     }
 
     private func append(_ type: UInt32, _ text: inout String) {
-        let appended = text.withUTF8 { crashcapture_journal_append(journal, type, $0.baseAddress, $0.count) == 0 }
-        if appended { scheduleDrain() }
+        let result = text.withUTF8 {
+            crashcapture_journal_append(journal, type, $0.baseAddress, $0.count, fullJournalWaitNs)
+        }
+        noteAppend(result)
     }
 
     private func scheduleDrain() {
@@ -234,6 +267,7 @@ final class EventPipeline: @unchecked Sendable {
         defer { copies.forEach { $0.deallocate() } }
         var position = readPosition
         var entry = crashcapture_journal_entry()
+        var uncommitted: UInt64 = 0
         while crashcapture_journal_read(journal, position, &entry, scratch, Int(CCF_MAXIMUM_PAYLOAD)) == 1 {
             var bytes = UnsafeRawBufferPointer(start: entry.payload, count: Int(entry.length))
             switch entry.type {
@@ -254,9 +288,11 @@ final class EventPipeline: @unchecked Sendable {
                 }
             default: break
             }
+            uncommitted += entry.next - position
             position = entry.next
-            if rows.count >= Self.chunkSize {
+            if rows.count >= Self.chunkSize || uncommitted >= commitBytes {
                 guard commit(&rows, upTo: position) else { return }
+                uncommitted = 0
             }
         }
         if position != readPosition { _ = commit(&rows, upTo: position) }

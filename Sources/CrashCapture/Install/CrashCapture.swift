@@ -55,9 +55,14 @@ public enum CrashCapture: Sendable {
         /// for a session that was killed).
         public var trackLifecycle: Bool
         /// Bytes of the journal that holds tracked events until the writer stores them (in the
-        /// session file, reserved on disk at install; default 32 MiB, about 120,000 events). When
-        /// it is full, track() drops and counts.
+        /// session file, reserved on disk at install; default 1 MiB, about 4,000 events). It only
+        /// has to hold what the writer has not stored yet: when it is full, track() waits for
+        /// room, at most `fullJournalWait`.
         public var journalBytes: Int
+        /// How long track() waits for room in a full journal before it drops the event (counted
+        /// in `droppedBeforeStore`, logged once). Once a wait has run out, track() drops without
+        /// waiting until the writer stores again, so a stuck store never stalls the app for long.
+        public var fullJournalWait: Duration = .seconds(1)
         /// Symbol stores (`crashcap symbols add`) for naming the frames of earlier crashes at
         /// replay, besides those of `CRASHCAPTURE_SYMBOLS`: a binary redeployed since the crash
         /// is then still named from the build that crashed.
@@ -79,7 +84,7 @@ public enum CrashCapture: Sendable {
             directory: String, appName: String, appVersion: String, distinctID: String? = nil,
             staticProperties: [String: PropertyValue] = [:], reservedBytes: Int = 0, serverURL: URL? = nil,
             upload: UploadOptions = UploadOptions(), storeLimits: StoreLimits = StoreLimits(),
-            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 32 << 20,
+            eventStorePath: String? = nil, trackLifecycle: Bool = true, journalBytes: Int = 1 << 20,
             crashLineOnStderr: Bool = true, recordArguments: Bool = true, symbolStores: [String] = [],
             maximumCrashFiles: Int = 64, maximumCrashBytes: Int = 256 << 20
         ) {
@@ -161,6 +166,9 @@ public enum CrashCapture: Sendable {
         }
         guard configuration.reservedBytes >= 0 else {
             throw CrashCaptureError.invalidArgument("reservedBytes must not be negative")
+        }
+        guard configuration.fullJournalWait >= .zero else {
+            throw CrashCaptureError.invalidArgument("fullJournalWait must not be negative")
         }
         guard configuration.journalBytes >= 64 << 10, configuration.journalBytes <= Int(CCF_SESSION_MAXIMUM_RING) else {
             throw CrashCaptureError.invalidArgument(
@@ -260,8 +268,8 @@ public enum CrashCapture: Sendable {
         pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
     }
 
-    /// Events track() dropped because the journal was full (it never blocks the caller
-    /// instead): the writer fell `journalBytes` behind.
+    /// Events track() dropped: the journal stayed full for `fullJournalWait` (the writer could
+    /// not store them), or an event was larger than the whole journal.
     public static var droppedBeforeStore: Int { state.current?.droppedBeforeStore ?? 0 }
 
     /// The event store of the installed session, for the package's tools and tests.
@@ -377,7 +385,7 @@ extension CrashCapture {
         }
         let pipeline = EventPipeline(
             store: store, identity: identity, uploader: uploader, journal: journal,
-            tracksLifecycle: configuration.trackLifecycle)
+            tracksLifecycle: configuration.trackLifecycle, fullJournalWait: configuration.fullJournalWait)
         state.directory = directory
         for name in ["login_id", "distinct_id"] { PrivateFiles.tighten(directory + "/" + name) }
         state.anonymousID = String(cString: crashcapture_distinct_id())
