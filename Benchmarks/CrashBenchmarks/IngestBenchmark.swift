@@ -1,0 +1,192 @@
+import CrashCapture
+import CrashCaptureCollector
+import CrashFileFormat
+import CrashSymbolication
+import Foundation
+import ProcessSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The collector's ingest under wrk, the HTTP load generator: `connections` keep-alive
+/// connections (4 unless `--connections N`), each POSTing ready-made batches of 50 gzip'd
+/// events of about 700 bytes (the Python clients' shape below), every batch with ids of its
+/// own, for `seconds`. `collector`: another build's
+/// `crashcap` to run instead of this one's collector (`--collector PATH`), to compare the two.
+func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?) throws {
+    let directory = temporaryDirectory()
+    let url: String
+    let storedCount: () throws -> Int
+    let stop: () -> Void
+    let pid: pid_t
+    if let other {
+        let child = try ChildProcess(
+            path: other, arguments: ["collect", "--port", "0", "--db", directory + "/collector.sqlite"],
+            environment: ProcessInfo.processInfo.environment)
+        guard child.waitForOutput("listening on"), let range = child.stdout.range(of: "http://") else {
+            throw CrashCaptureError.io("\(other) collect did not start: \(child.stderr)")
+        }
+        url = String(child.stdout[range.lowerBound...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        pid = child.pid
+        storedCount = {
+            let health = try output("/usr/bin/env", ["curl", "-s", String(url.dropLast(3)) + "/health"], [:])
+            let digits = health.split(separator: ":").last?.filter(\.isNumber) ?? ""
+            return Int(digits) ?? -1
+        }
+        stop = {
+            kill(child.pid, SIGTERM)
+            _ = child.wait(timeout: 10)
+        }
+    } else {
+        let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
+        url = collector.url
+        pid = getpid()
+        storedCount = { collector.store.count }
+        stop = { collector.stop() }
+    }
+    // Enough bodies that none is sent twice at 400,000 events/s.
+    let perConnection = max(1000, seconds * 400_000 / connections / 50)
+    let pad = String(repeating: "p", count: 600)
+    DispatchQueue.concurrentPerform(iterations: connections) { connection in
+        var lines: [UInt8] = []
+        for batch in 0..<perConnection {
+            let events = (0..<50).map {
+                #"{"type":"track","event_id":"wrk\#(connection)-\#(batch)-\#($0)","event":"bench_event","properties":{"pad":"\#(pad)","index":\#($0)}}"#
+            }
+            lines += try! WireFormat.encode(events: events)
+            lines.append(UInt8(ascii: "\n"))
+        }
+        FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+    }
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path + "/ingest.lua"
+    let cpuBefore = threadCPUSeconds(pid)
+    let report = try ChildProcess.run(
+        path: "/usr/bin/env",
+        arguments: [
+            "wrk", "-t\(connections)", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url, "--",
+            directory + "/bodies",
+        ],
+        environment: ProcessInfo.processInfo.environment, timeout: Double(seconds + 120))
+    guard report.exitCode == 0 else { throw CrashCaptureError.io("wrk failed: \(report.stderr)") }
+    func field(_ label: String) -> String {
+        report.stdout.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }
+            .map { $0.trimmingCharacters(in: .whitespaces).dropFirst(label.count).trimmingCharacters(in: .whitespaces) }
+            ?? "?"
+    }
+    let requests = report.stdout.split(separator: "\n").first { $0.contains("requests in") }.map {
+        $0.trimmingCharacters(in: .whitespaces).split(separator: " ")
+    }
+    let seconds = Double(requests?[3].dropLast(2) ?? "") ?? Double(seconds)
+    let cpuAfter = threadCPUSeconds(pid)
+    let stored = try storedCount()
+    let refused = report.stdout.contains("Non-2xx") ? field("Non-2xx or 3xx responses:") : "0"
+    stop()
+    // CPU an event by the collector's threads: its event loop, its thread pools (SQLite's; the
+    // decoders' stay idle for batches this small), and the rest of the process (checkpoints,
+    // on libdispatch's threads).
+    func perEvent(_ include: (String) -> Bool) -> String {
+        let used = cpuAfter.filter { include($0.key) }.reduce(0.0) { $0 + $1.value - (cpuBefore[$1.key] ?? 0) }
+        return format(used / Double(max(1, stored)) * 1e6, 2)
+    }
+    print("## Ingest under wrk: \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
+    print(
+        "| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / SQLite / the rest (checkpoints) |"
+    )
+    print("|---|---|---|---|---|---|")
+    print(
+        "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) | \(perEvent { $0.hasPrefix("NIO-ELT") }) / \(perEvent { $0.hasPrefix("TP-") }) / \(perEvent { !$0.hasPrefix("NIO-ELT") && !$0.hasPrefix("TP-") }) |"
+    )
+    print("")
+}
+
+/// CPU seconds each thread of a process has used, by thread name (threads of one name added).
+func threadCPUSeconds(_ pid: pid_t) -> [String: Double] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+    var seconds: [String: Double] = [:]
+    for task in tasks {
+        guard let name = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8),
+            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { continue }
+        // Fields after the name: state is the first; utime and stime are the 12th and 13th.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
+        seconds[name.trimmingCharacters(in: .newlines), default: 0] += (user + system) / ticks
+    }
+    return seconds
+}
+
+/// The collector's ingest: 4 plain keep-alive clients at once (Python's http.client, each its
+/// own process), batches of 50 gzip'd events of about 700 bytes, over loopback.
+func ingestBenchmark(batches: Int) throws {
+    let collector = try IngestCollector(port: 0, databasePath: temporaryDirectory() + "/collector.sqlite")
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/upload_baseline.py"
+    let clients = try (0..<4).map { index in
+        try ChildProcess(
+            path: "/usr/bin/env", arguments: ["python3", script, collector.url, "\(batches)", "client\(index)"],
+            environment: ProcessInfo.processInfo.environment)
+    }
+    for client in clients { _ = client.wait(timeout: 600) }
+    // Each client prepares its bodies first (gzip, base64) and then times its requests: the
+    // rate is over the span from the first client's first request to the last one's last.
+    var latencies: [Double] = []
+    var starts: [Double] = []
+    var ends: [Double] = []
+    for client in clients {
+        let fields = client.stdout.split(separator: " ").compactMap {
+            Double($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        guard fields.count > 2 else { throw CrashCaptureError.io("an ingest client failed: \(client.stderr)") }
+        starts.append(fields[0])
+        ends.append(fields[1])
+        latencies += fields.dropFirst(2)
+    }
+    let seconds = ends.max()! - starts.min()!
+    let received = collector.store.count
+    collector.stop()
+    let stats = Statistics(latencies)
+    print("## Ingest: 4 concurrent clients, batches of 50, gzip, loopback\n")
+    print("| events stored | rate (first request to last answer) | request p50 | p99 |")
+    print("|---|---|---|---|")
+    print(
+        "| \(received) of \(4 * batches * 50) | \(format(Double(received) / seconds, 0)) events/s | \(format(stats.median, 2)) ms | \(format(stats.percentile(0.99), 2)) ms |"
+    )
+}
+
+/// The collector's peak memory (VmHWM) under the hostile clients of the HTTP tests: 200 idle
+/// connections, 64 slow ones, four 1 GiB gzip bombs.
+func collectorMemory() throws {
+    let collector = try ChildProcess(
+        path: buildDirectory + "/crashcap",
+        arguments: [
+            "collect", "--port", "0", "--db", temporaryDirectory() + "/hostile.sqlite", "--header-timeout", "3",
+        ],
+        environment: ProcessInfo.processInfo.environment)
+    guard collector.waitForOutput("listening on"), let range = collector.stdout.range(of: "http://") else {
+        throw CrashCaptureError.io("collector did not start")
+    }
+    let address = collector.stdout[range.upperBound...].split(separator: "/").first.map(String.init) ?? ""
+    func peak() -> String {
+        let status = (try? String(contentsOfFile: "/proc/\(collector.pid)/status", encoding: .utf8)) ?? ""
+        return status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.map {
+            String($0.dropFirst(6)).trimmingCharacters(in: .whitespaces)
+        } ?? "?"
+    }
+    let before = peak()
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/hostile_clients.py"
+    let answers = try output("/usr/bin/env", ["python3", script, address, "3.5"], [:])
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+    let after = peak()
+    kill(collector.pid, SIGTERM)
+    print("## Collector memory under hostile clients (200 idle, 64 slow, four 1 GiB gzip bombs)\n")
+    print("| peak before | peak after | the bombs' answers |")
+    print("|---|---|---|")
+    print("| \(before) | \(after) | \(answers) |")
+}
