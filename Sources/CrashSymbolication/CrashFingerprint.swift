@@ -9,10 +9,12 @@ public enum CrashFingerprint: Sendable {
     /// In-app frames that make the fingerprint.
     public static let frameCount = 3
 
-    /// Module names whose frames are never the app's.
+    /// Module names whose frames are never the app's. Every `libswift*` is the toolchain's
+    /// (the runtime, Concurrency, Dispatch's overlay, and libswiftSwiftOnoneSupport, where a
+    /// debug build's generic code is specialized); so is Foundation in each of its libraries.
     static let systemPrefixes = [
         "libc.so", "libm.so", "libpthread", "ld-linux", "libdl.so", "librt.so", "libstdc++", "libgcc_s", "libunwind",
-        "liblzma", "libswiftCore", "libswift_", "libswiftGlibc", "libdispatch", "libBlocksRuntime", "libFoundation",
+        "liblzma", "libswift", "libdispatch", "libBlocksRuntime", "libFoundation", "lib_Foundation",
         "libcrashcapture", "libCrashCapturePreload",
     ]
 

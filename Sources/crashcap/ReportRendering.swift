@@ -27,10 +27,22 @@ struct TextStyle: Sendable {
     }
 }
 
+/// What `crashcap show` prints besides the essentials.
+struct RenderOptions: Sendable {
+    /// Frames of the crashing thread at most (0: all).
+    var frames = 32
+    /// Frames of libc, the loader and the runtimes too, and every frame of the other threads.
+    var allFrames = false
+    /// The memory near the stack pointer, the pc and the fault, as hex dumps.
+    var memory = false
+    /// Frames of each other thread's stack when `allFrames` is off.
+    static let otherThreadFrames = 3
+}
+
 /// How `crashcap show` presents a report, as text for people or JSON for scripts.
 enum ReportRendering {
     static func text(
-        _ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator, frames limit: Int,
+        _ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator, options: RenderOptions,
         style: TextStyle
     ) -> String {
         var lines: [String] = [style.bold("== \(report.path)")]
@@ -78,28 +90,94 @@ enum ReportRendering {
         }
         lines.append(style.bold("frames") + ":")
         let frames = report.frames
-        lines += frameLines(frames, symbols: symbols, limit: limit, style: style, indent: "  ")
-        lines += threadLines(report, symbolicator: symbolicator, limit: limit, style: style)
+        var shownModules = Set<Int>()
+        lines += frameLines(
+            frames, symbols: symbols, limit: options.frames, hidingSystem: !options.allFrames, style: style,
+            indent: "  ", shownModules: &shownModules)
+        lines += registerLines(report, style: style)
+        lines += threadLines(
+            report, symbolicator: symbolicator, options: options, style: style, shownModules: &shownModules)
         lines += processLines(report, style: style)
-        lines += memoryLines(report, style: style)
-        let referenced = Set(report.threads.flatMap { $0.frames.compactMap(\.module) } + frames.compactMap(\.module))
+        if options.memory { lines += memoryLines(report, style: style) }
         lines.append(style.bold("modules") + ":")
-        for (index, module) in report.modules.enumerated() where referenced.contains(index) {
+        for (index, module) in report.modules.enumerated() where shownModules.contains(index) {
             lines.append(
                 "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
             )
         }
+        if !options.allFrames || !options.memory {
+            let more = [options.allFrames ? nil : "--all-frames", options.memory ? nil : "--memory"].compactMap { $0 }
+            lines.append(style.dim("(more with \(more.joined(separator: " and ")), or --json)"))
+        }
         return lines.map(style.terminalSafe).joined(separator: "\n")
     }
 
+    /// A frame of libc, the loader, a runtime or CrashCapture, or the program's `_start`.
+    static func isSystemFrame(_ symbol: Symbolicator.Symbol) -> Bool {
+        CrashFingerprint.isSystemModule(symbol.module) || symbol.function == "_start"
+            || symbol.function == "cc_thread_trampoline"
+    }
+
+    /// The crashing thread's registers, four to a line, in the order the architecture's
+    /// manuals list them (pc, sp, fp first on every architecture).
+    static func registerLines(_ report: CrashReport, style: TextStyle) -> [String] {
+        guard let registers = (report.crashed?["crash"] as? [String: Any])?["registers"] as? [String: Any],
+            !registers.isEmpty
+        else { return [] }
+        let preferred = [
+            "rip", "rsp", "rbp", "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+            "r14", "r15", "eflags", "trapno", "err", "cr2",
+        ]
+        var names = preferred.filter { registers[$0] != nil }
+        // Other architectures: pc, sp and fp first, then the rest in their numeric order.
+        if names.isEmpty {
+            names = ["pc", "sp", "fp"].filter { registers[$0] != nil }
+            names += registers.keys.filter { !["pc", "sp", "fp"].contains($0) }.sorted {
+                ($0.count, $0) < ($1.count, $1)
+            }
+        }
+        var lines = [style.bold("registers") + ":"]
+        for start in stride(from: 0, to: names.count, by: 4) {
+            let row = names[start..<min(start + 4, names.count)].map { name in
+                name.padding(toLength: 7, withPad: " ", startingAt: 0) + "\(registers[name] ?? "?")"
+            }
+            let padded = row.map { $0.padding(toLength: 27, withPad: " ", startingAt: 0) }.joined()
+            lines.append("  " + String(padded.reversed().drop { $0 == " " }.reversed()))
+        }
+        return lines
+    }
+
+    /// Frames as lines, `limit` at most (0: all). `hidingSystem`: frames of libc, the loader
+    /// and the runtimes (but the first, where the thread stopped) fold into one dim line.
     static func frameLines(
-        _ frames: [CrashReport.Frame], symbols: [Symbolicator.Symbol], limit: Int, style: TextStyle, indent: String
+        _ frames: [CrashReport.Frame], symbols: [Symbolicator.Symbol], limit: Int, hidingSystem: Bool,
+        style: TextStyle, indent: String, shownModules: inout Set<Int>
     ) -> [String] {
         var lines: [String] = []
-        let shown = limit > 0 ? min(limit, frames.count) : frames.count
-        for index in 0..<shown {
+        var printed = 0
+        var hidden: [String] = []
+        func flushHidden() {
+            guard !hidden.isEmpty else { return }
+            var modules: [String] = []
+            for module in hidden where !modules.contains(module) { modules.append(module) }
+            lines.append(
+                style.dim(
+                    indent
+                        + "... \(hidden.count) system frame\(hidden.count == 1 ? "" : "s") (\(modules.joined(separator: ", ")))"
+                ))
+            hidden.removeAll()
+        }
+        var index = 0
+        while index < frames.count && (limit <= 0 || printed < limit) {
             let frame = frames[index]
             let symbol = index < symbols.count ? symbols[index] : Symbolicator.Symbol(module: "???")
+            if hidingSystem && index > 0 && isSystemFrame(symbol) {
+                hidden.append(symbol.module)
+                index += 1
+                continue
+            }
+            flushHidden()
+            if let module = frame.module { shownModules.insert(module) }
             var line = indent + String(format: "#%-3d 0x%016llx ", index, frame.pc) + symbol.module
             for inlined in symbol.inlined {
                 // The functions the compiler inlined here, innermost first, then their caller.
@@ -115,8 +193,11 @@ enum ReportRendering {
                 if let note = symbol.note { line += style.dim("  (\(note))") }
             }
             lines.append(line)
+            printed += 1
+            index += 1
         }
-        if shown < frames.count { lines.append(style.dim(indent + "... \(frames.count - shown) more frames")) }
+        flushHidden()
+        if index < frames.count { lines.append(style.dim(indent + "... \(frames.count - index) more frames")) }
         return lines
     }
 
@@ -172,7 +253,8 @@ enum ReportRendering {
 
     /// The other threads, identical stacks folded into one with the threads that share it.
     static func threadLines(
-        _ report: CrashReport, symbolicator: Symbolicator, limit: Int, style: TextStyle
+        _ report: CrashReport, symbolicator: Symbolicator, options: RenderOptions, style: TextStyle,
+        shownModules: inout Set<Int>
     ) -> [String] {
         guard report.threads.count > 1 else { return [] }
         var frozen = report.threadsFrozenBy.map { ", frozen by \($0)" } ?? ""
@@ -210,8 +292,9 @@ enum ReportRendering {
                 lines.append("  \(group.threads.count) threads with this stack: " + named + more)
             }
             lines += frameLines(
-                first.frames, symbols: symbolicator.symbolicate(first, in: report), limit: limit, style: style,
-                indent: "    ")
+                first.frames, symbols: symbolicator.symbolicate(first, in: report),
+                limit: options.allFrames ? options.frames : RenderOptions.otherThreadFrames,
+                hidingSystem: !options.allFrames, style: style, indent: "    ", shownModules: &shownModules)
         }
         return lines
     }

@@ -22,8 +22,14 @@ extension Crashcap {
         @Flag(help: "Print JSON (one object per crash file) instead of text.")
         var json = false
 
-        @Option(help: "Frames to print per report (0: all).")
+        @Option(help: "Frames of the crashing thread to print (0: all).")
         var frames = 32
+
+        @Flag(help: "Also print frames of libc, the loader and the runtimes, and every frame of the other threads.")
+        var allFrames = false
+
+        @Flag(help: "Also print the memory near the stack pointer, the pc and the fault address, as hex.")
+        var memory = false
 
         @Flag(help: "Never use colour, even on a terminal.")
         var noColor = false
@@ -96,7 +102,7 @@ extension Crashcap {
                     print(
                         ReportRendering.text(
                             report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator,
-                            frames: frames, style: style))
+                            options: RenderOptions(frames: frames, allFrames: allFrames, memory: memory), style: style))
                 }
             }
             if live > 0 {

@@ -37,6 +37,26 @@ import Testing
         #expect(otherSignal != first)
     }
 
+    /// A debug build's index out of range traps in the standard library's specialized
+    /// subscript, in libswiftSwiftOnoneSupport: the title names the app's function, as it does
+    /// for every other toolchain library.
+    @Test func theToolchainsSwiftLibrariesAreNeverTheApp() {
+        let symbols = [
+            Symbol(function: "Swift._assertionFailure(_:_:file:line:flags:)", module: "libswiftCore.so"),
+            Symbol(function: "specialized Array.subscript.getter", module: "libswiftSwiftOnoneSupport.so"),
+            Symbol(function: "Foundation.Data.init()", module: "libFoundationEssentials.so"),
+            Symbol(function: "_CFRunLoopRun", module: "lib_FoundationICU.so"),
+            Symbol(function: "MyApp.Parser.read(_:)", offsetInFunction: 12, module: "MyApp"),
+        ]
+        #expect(
+            CrashFingerprint.title(signal: "SIGTRAP", symbols: symbols, frames: [])
+                == "SIGTRAP in MyApp.Parser.read(_:)")
+        for module in ["libswiftSwiftOnoneSupport.so", "libswiftDispatch.so", "libswiftSynchronization.so"] {
+            #expect(CrashFingerprint.isSystemModule(module), "\(module)")
+        }
+        #expect(!CrashFingerprint.isSystemModule("MyApp"))
+    }
+
     @Test func unnamedFramesCountByModuleAndOffset() {
         let symbols = [Symbol(module: "MyApp", note: "no symbol"), Symbol(module: "MyApp", note: "no symbol")]
         let a = CrashFingerprint.fingerprint(signal: "SIGSEGV", symbols: symbols, frames: [frame(0x10), frame(0x20)])

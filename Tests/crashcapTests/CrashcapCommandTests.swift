@@ -79,6 +79,33 @@ import Testing
         #expect(threads.dropFirst().allSatisfy { ($0["frames"] as? [[String: Any]])?.isEmpty == false })
     }
 
+    /// A debug build's index out of range, as the Swift backtracer would show it: the title
+    /// names the app's function (not the standard library's specialized subscript), registers
+    /// are there, libc and runtime frames fold into one line each, memory only when asked for;
+    /// all of it in at most 80 lines.
+    @Test func showReadsLikeABacktrace() throws {
+        let directory = makeTemporaryDirectory("show-backtrace")
+        let crashed = try run(
+            Paths.swiftSample, ["swift-array-index"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+        #expect(crashed.signal != nil)
+        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        #expect(text.exitCode == 0, "\(text.stderr)")
+        let lines = text.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.count <= 80, "\(lines.count) lines:\n\(text.stdout)")
+        #expect(
+            text.stdout.contains(" in crash_sample_swift.crashSwiftArrayIndex()  fingerprint"), "\(text.stdout)")
+        #expect(text.stdout.contains("registers:\n  rip"))
+        #expect(text.stdout.contains("system frames (libc.so.6"))
+        #expect(!text.stdout.contains("__libc_start_main"))
+        #expect(!text.stdout.contains("\nmemory:"))
+        let everything = try run(
+            Paths.crashcap, ["show", directory, "--no-color", "--all-frames", "--memory"], timeout: 60)
+        #expect(everything.stdout.contains("__libc_start_main"))
+        #expect(everything.stdout.contains("\nmemory:\n  stack ("))
+        #expect(everything.stdout.split(separator: "\n").count > lines.count)
+    }
+
     @Test func showPrintsAReadableReportWithoutColourWhenPiped() throws {
         let directory = makeTemporaryDirectory("show")
         _ = try run(Paths.cSample, ["cxx-runtime-error"], environment: ["CRASHCAPTURE_DIR": directory])
