@@ -25,4 +25,6 @@ Scripts/build-preload.sh
 # plan is dropped first (it is rebuilt in a second; the objects stay).
 rm -f .build/minimal-app/debug.yaml
 swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
+# The README's Swift app, its two blocks verbatim: a test crashes it.
+Scripts/build-readme-app.sh
 swift test "$@"

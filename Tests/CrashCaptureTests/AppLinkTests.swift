@@ -54,4 +54,26 @@ import Testing
         let report = try verifiedReport(in: directory, signal: "SIGSEGV")
         #expect(report.properties["$app_name"] as? String == "minimal-app")
     }
+
+    /// The README's two blocks, built verbatim beside a checkout of another folder name
+    /// (Scripts/build-readme-app.sh): the app starts, crashes, dies of its own signal, and the
+    /// report is there; the next start imports it.
+    @Test func theReadmesSwiftAppWorksAsWritten() throws {
+        let app = Paths.packageRoot + "/.build/readme-app/build/debug/myapp"
+        try #require(FileManager.default.fileExists(atPath: app), "no \(app): run Scripts/test.sh")
+        let directory = makeTemporaryDirectory("readme-app")
+        let calm = try run(app, [], environment: ["MYAPP_CRASH_DIR": directory], timeout: 30)
+        #expect(calm.exitCode == 0, "\(calm.stdout)\(calm.stderr)")
+        #expect(calm.stdout.contains("no crash this time"))
+        #expect(!calm.stdout.contains("running without crash capture"), "\(calm.stdout)")
+        let crashed = try run(
+            app, ["crash"], environment: ["MYAPP_CRASH_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "ended by \(String(describing: crashed.signal))")
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.properties["$app_name"] as? String == "myapp")
+        let next = try run(app, [], environment: ["MYAPP_CRASH_DIR": directory], timeout: 30)
+        #expect(next.exitCode == 0)
+        #expect(crashFiles(in: directory).isEmpty, "the next start imported the report")
+    }
 }
