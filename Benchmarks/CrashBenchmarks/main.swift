@@ -30,6 +30,8 @@ case "crash":
     try crashBenchmarks(runs: option("--runs", default: 50))
 case "defaults":
     try defaultsBurst()
+case "preload":
+    try preloadBenchmarks(runs: option("--runs", default: 60))
 case "pipeline":
     try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
@@ -148,7 +150,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
+        "usage: crashcap-bench crash [--runs N] | defaults | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
             .data(using: .utf8)!)
     exit(64)
 }

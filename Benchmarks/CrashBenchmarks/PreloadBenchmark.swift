@@ -1,0 +1,136 @@
+import Foundation
+import ProcessSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The floor for any in-process reporter that makes its report durable: libunwind's walk of
+/// the crashing thread, one write of a report the size of ours (8.5 KiB), fdatasync, and the
+/// signal raised again. Preloaded like ours, its file opened at load like ours.
+let minimalHandlerSource = #"""
+    #define _GNU_SOURCE
+    #define UNW_LOCAL_ONLY
+    #include <fcntl.h>
+    #include <libunwind.h>
+    #include <signal.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <unistd.h>
+
+    static int report_fd = -1;
+    static char report[8704];
+
+    static void handler(int signo, siginfo_t *info, void *context) {
+        unw_cursor_t cursor;
+        unw_init_local2(&cursor, (unw_context_t *)context, UNW_INIT_SIGNAL_FRAME);
+        size_t at = 0;
+        static const char hex[] = "0123456789abcdef";
+        do {
+            unw_word_t pc = 0;
+            unw_get_reg(&cursor, UNW_REG_IP, &pc);
+            for (int shift = 60; shift >= 0 && at < sizeof(report) - 1; shift -= 4) report[at++] = hex[(pc >> shift) & 15];
+            if (at < sizeof(report) - 1) report[at++] = '\n';
+        } while (unw_step(&cursor) > 0 && at < sizeof(report) - 20);
+        write(report_fd, report, sizeof(report));
+        fdatasync(report_fd);
+        signal(signo, SIG_DFL);
+        raise(signo);
+    }
+
+    __attribute__((constructor)) static void install_minimal_handler(void) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/report-%d", getenv("MINIMAL_HANDLER_DIR"), getpid());
+        report_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        struct sigaction action;
+        memset(&action, 0, sizeof(action));
+        action.sa_sigaction = handler;
+        action.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &action, NULL);
+    }
+    """#
+
+let crashingProgramSource = "int main(void) { *(volatile int *)0 = 1; return 0; }\n"
+
+/// Compiles C source with the system compiler; the path of what it built.
+func compileC(_ source: String, named name: String, shared: Bool, libraries: [String] = []) throws -> String {
+    let directory = temporaryDirectory()
+    try source.write(toFile: directory + "/\(name).c", atomically: true, encoding: .utf8)
+    let output = directory + "/" + name
+    let result = try ChildProcess.run(
+        path: "/usr/bin/cc",
+        arguments: ["-O2"] + (shared ? ["-shared", "-fPIC"] : []) + ["-o", output, directory + "/\(name).c"]
+            + libraries,
+        environment: ProcessInfo.processInfo.environment, timeout: 60)
+    guard result.exitCode == 0 else { throw CrashCaptureBenchError("cc \(name): \(result.stderr)") }
+    return output
+}
+
+struct CrashCaptureBenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// #32: what a process under the preload library pays for its presence. Variants alternate run
+/// by run, so the machine's drift touches each alike; the wrapper (`env -C DIR`) is the same on
+/// every side.
+func preloadBenchmarks(runs: Int) throws {
+    let preload = URL(fileURLWithPath: buildDirectory + "/../../lib/libCrashCapturePreload.so").standardized.path
+    guard FileManager.default.fileExists(atPath: preload) else {
+        throw CrashCaptureBenchError("no \(preload): run Scripts/build-preload.sh (Benchmarks/run.sh does)")
+    }
+    let minimal = try compileC(minimalHandlerSource, named: "minimal-handler.so", shared: true, libraries: ["-lunwind"])
+    let crasher = try compileC(crashingProgramSource, named: "crasher", shared: false)
+    let directory = temporaryDirectory()
+    let capture = directory + "/capture"
+    let minimalDirectory = directory + "/minimal"
+    try FileManager.default.createDirectory(atPath: minimalDirectory, withIntermediateDirectories: true)
+    let underPreload = ["LD_PRELOAD": preload, "CRASHCAPTURE_DIR": capture]
+    let underMinimal = ["LD_PRELOAD": minimal, "MINIMAL_HANDLER_DIR": minimalDirectory]
+
+    func interleaved(_ program: String, _ variants: [[String: String]]) throws -> [Statistics] {
+        var times = [[Double]](repeating: [], count: variants.count)
+        // One round unmeasured: the page cache and the loader's first lookups.
+        for round in 0...runs {
+            for (index, environment) in variants.enumerated() {
+                let (ms, _) = try timedRun("/usr/bin/env", ["-C", directory, program], environment)
+                if round > 0 { times[index].append(ms) }
+            }
+            // The crashes' reports would pile up into the directory's bound: each run starts clean.
+            for folder in [capture, minimalDirectory] {
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
+                    try? FileManager.default.removeItem(atPath: folder + "/" + name)
+                }
+            }
+        }
+        return times.map(Statistics.init)
+    }
+
+    let trueRuns = try interleaved("/bin/true", [[:], underPreload])
+    print("## The cost of being there: /bin/true under the preload library (\(runs) runs each, interleaved, ms)\n")
+    print("| variant | median | p90 |")
+    print("|---|---|---|")
+    for (name, statistics) in zip(["`env -C DIR /bin/true`", "the same under the preload library"], trueRuns) {
+        print("| \(name) | \(format(statistics.median, 2)) | \(format(statistics.percentile(0.9), 2)) |")
+    }
+    print("\nadded by the preload library: +\(format(trueRuns[1].median - trueRuns[0].median, 2)) ms (target ≤ +0.3)\n")
+
+    let crashRuns = try interleaved(crasher, [[:], underMinimal, underPreload])
+    print("## A crashing C program (null write), spawn to death (\(runs) runs each, interleaved, ms)\n")
+    print("| variant | median | p90 | added |")
+    print("|---|---|---|---|")
+    let names = [
+        "no handler", "minimal handler (libunwind walk, one 8.5 KiB write, fdatasync)",
+        "CrashCapture's preload library",
+    ]
+    for (index, (name, statistics)) in zip(names, crashRuns).enumerated() {
+        let added = index == 0 ? "" : "+" + format(statistics.median - crashRuns[0].median, 2)
+        print("| \(name) | \(format(statistics.median, 2)) | \(format(statistics.percentile(0.9), 2)) | \(added) |")
+    }
+    let ours = crashRuns[2].median - crashRuns[0].median
+    let floor = crashRuns[1].median - crashRuns[0].median
+    print(
+        "\nCrashCapture adds \(format(ours, 2)) ms (target ≤ +1.0), \(format(ours / floor, 2))x the minimal handler's \(format(floor, 2)) ms (target ≤ 1.25x)\n"
+    )
+}
