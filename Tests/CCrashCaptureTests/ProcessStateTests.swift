@@ -52,7 +52,10 @@ import Testing
         let show = try run(Paths.crashcap, ["show", directory, "--no-color"])
         #expect(
             show.stdout.contains("process:") && show.stdout.contains("command:     \(Paths.cSample) write-readonly"))
-        #expect(show.stdout.contains("memory:") && show.stdout.contains("fault_address (256 bytes):"))
+        // The hex dumps only when asked for.
+        #expect(!show.stdout.contains("fault_address (256 bytes):"))
+        let memory = try run(Paths.crashcap, ["show", directory, "--no-color", "--memory"])
+        #expect(memory.stdout.contains("\nmemory:") && memory.stdout.contains("fault_address (256 bytes):"))
     }
 
     /// Hundreds of descriptors, past the first table sizes, are all counted: the sample lists
