@@ -112,4 +112,18 @@ void sample_deny_ptrace(void) {
         perror("seccomp");
 }
 
+// A seccomp filter that traps acct(2), a call nothing else here makes: the kernel sends SIGSYS
+// (SYS_SECCOMP) with the call's number, as a container's profile does to a forbidden call.
+void sample_trap_acct_syscall(void) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+    };
+    struct sock_fprog program = {.len = sizeof(filter) / sizeof(filter[0]), .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0)
+        perror("seccomp");
+}
+
 void sample_name_this_thread(const char *name) { pthread_setname_np(pthread_self(), name); }

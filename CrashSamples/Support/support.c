@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "crash_sample_support.h"
@@ -190,6 +191,12 @@ NOINLINE void sample_fill_disk_then_segv(void) {
     while (write(fd, block, 1) > 0) {}
     close(fd);
     sample_null_read();
+}
+
+// A system call the process's seccomp filter forbids (SECCOMP_RET_TRAP): SIGSYS.
+NOINLINE void sample_forbidden_syscall(void) {
+    sample_trap_acct_syscall();
+    syscall(SYS_acct, NULL);
 }
 
 // The file-size limit lowered after install, then a crash: the process must still die of
@@ -617,6 +624,7 @@ static const sample_kind sample_kinds[] = {
     {"threads-churning", sample_threads_churning},
     {"malloc-other-thread", sample_crash_while_other_mallocs},
     {"fill-disk-then-segv", sample_fill_disk_then_segv},
+    {"forbidden-syscall", sample_forbidden_syscall},
 };
 
 static const char *const sample_c_kinds[] = {
@@ -625,7 +633,7 @@ static const char *const sample_c_kinds[] = {
     "cxx-non-std", "cxx-noexcept", "raise-segv", "sigqueue-segv", "pthread-kill", "dlopen-library",
     "concurrent-8", "fork-child", "stack-overflow", "kill-from-outside", "deep-stack-64", "loader-lock",
     "threads-parked", "thread-blocks-signals", "threads-256", "threads-churning", "malloc-other-thread", "concurrent-2",
-    "double-free", NULL,
+    "double-free", "forbidden-syscall", NULL,
 };
 
 const char *sample_c_kind_at(int index) {

@@ -67,7 +67,7 @@ typedef int (*cc_unw_init_local2_fn)(unw_cursor_t *, unw_context_t *, int);
 typedef int (*cc_unw_step_fn)(unw_cursor_t *);
 typedef int (*cc_unw_get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 
-#define CC_HANDLED_SIGNAL_COUNT 6
+#define CC_HANDLED_SIGNAL_COUNT 7
 extern const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT];
 
 typedef struct cc_state {

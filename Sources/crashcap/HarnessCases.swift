@@ -243,6 +243,7 @@ enum HarnessMatrix {
             c("bus-truncated-mmap", .init(signal: SIGBUS, code: "BUS_ADRERR", frame: "sample_bus_truncated_mmap")),
             c("int-divide-by-zero", .init(signal: SIGFPE, code: "FPE_INTDIV", frame: "sample_int_divide_by_zero")),
             c("builtin-trap", .init(signal: SIGILL, code: "ILL_ILLOPN", frame: "sample_builtin_trap")),
+            c("forbidden-syscall", .init(signal: SIGSYS, code: "SYS_SECCOMP", frame: "sample_forbidden_syscall")),
             c("abort", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_abort")),
             c("abort", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_abort"), context: "pthread"),
             c("assert", .init(signal: SIGABRT, code: "SI_TKILL", frame: "sample_assert_fail")),

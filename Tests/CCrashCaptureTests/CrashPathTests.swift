@@ -34,6 +34,24 @@ import Testing
         #expect(report.properties["crash_unwinder"] as? String == "libunwind")
     }
 
+    /// A system call the process's seccomp filter traps (a container's profile does this to a
+    /// forbidden call): SIGSYS, caught like any crash, with the call's number in the report,
+    /// and the process dies of SIGSYS as it would have.
+    @Test func aSyscallForbiddenBySeccompIsReportedWithItsNumber() throws {
+        let (result, directory) = try crash(Paths.cSample, "forbidden-syscall")
+        #expect(result.signal == SIGSYS, "ended by \(String(describing: result.signal))")
+        let report = try verifiedReport(in: directory, signal: "SIGSYS")
+        #expect(report.codeName == "SYS_SECCOMP")
+        #if arch(x86_64)
+            let acct = 163
+        #else
+            let acct = 89
+        #endif
+        #expect(report.properties["crash_syscall"] as? Int == acct, "acct(2)")
+        #expect(report.properties["crash_syscall_arch"] as? String != nil)
+        #expect(report.frames.count > 1)
+    }
+
     @Test func segfaultOnAPthread() throws {
         let (result, directory) = try crash(Paths.swiftSample, "swift-null-read", context: "pthread")
         #expect(result.signal == SIGSEGV)

@@ -35,6 +35,7 @@ const char *sample_main_wait_at(int index);
 void sample_name_this_thread(const char *name);
 /// A seccomp filter that fails ptrace and process_vm_readv with EPERM, for the whole process.
 void sample_deny_ptrace(void);
+void sample_trap_acct_syscall(void);
 
 /// Hostile states.
 void sample_start_malloc_hammer(void);

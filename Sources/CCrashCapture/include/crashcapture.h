@@ -7,7 +7,7 @@
 //     if (crashcapture_install(&config) != 0)
 //         fprintf(stderr, "crash capture off: %s\n", crashcapture_last_error());
 //
-// After that, a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE or SIGTRAP (or an uncaught C++
+// After that, a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP or SIGSYS (or an uncaught C++
 // exception, which ends in SIGABRT) leaves a checksummed crash file, flushed to disk, in the
 // directory, and the process still dies of the same signal, with every handler that was
 // installed before us still called.

@@ -36,7 +36,9 @@
 #include "crash_report.h"
 #include "testing/crashcapture_testing.h"
 
-const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT] = {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
+// SIGSYS: a seccomp filter's SECCOMP_RET_TRAP (a container's profile, a sandbox), which
+// crashpad catches too. SECCOMP_RET_KILL kills without a signal anyone can catch.
+const int cc_handled_signals[CC_HANDLED_SIGNAL_COUNT] = {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
 
 // Which thread reports the crash, shared by every copy of CrashCapture in the process: each
 // copy defines it, and each uses the one the dynamic loader finds first (install.c).

@@ -148,6 +148,14 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
     cc_buf_append_str(b, ccf_code_name(c->signo, info->si_code));
     cc_buf_append_str(b, "\",\"crash_fault_address\":");
     cc_buf_append_quoted_hex(b, (uintptr_t)info->si_addr);
+    if (c->signo == SIGSYS && info->si_code > 0) {
+        // The system call the filter refused, by number, and the audit architecture it was
+        // made under (a 32-bit call from a 64-bit process has numbers of its own).
+        cc_buf_append_str(b, ",\"crash_syscall\":");
+        cc_buf_append_i64(b, info->si_syscall);
+        cc_buf_append_str(b, ",\"crash_syscall_arch\":");
+        cc_buf_append_quoted_hex(b, info->si_arch);
+    }
     if (info->si_code <= 0) {
         cc_buf_append_str(b, ",\"crash_sender_pid\":");
         cc_buf_append_i64(b, info->si_pid);

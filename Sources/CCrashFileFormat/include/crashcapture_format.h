@@ -142,6 +142,7 @@ static inline const char *ccf_signal_name(int signo) {
     case SIGILL: return "SIGILL";
     case SIGFPE: return "SIGFPE";
     case SIGTRAP: return "SIGTRAP";
+    case SIGSYS: return "SIGSYS";
     case SIGKILL: return "SIGKILL";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
@@ -211,6 +212,12 @@ static inline const char *ccf_code_name(int signo, int code) {
         switch (code) {
         case 1: return "TRAP_BRKPT";
         case 2: return "TRAP_TRACE";
+        }
+        break;
+    case SIGSYS:
+        switch (code) {
+        case 1: return "SYS_SECCOMP";
+        case 2: return "SYS_USER_DISPATCH";
         }
         break;
     }

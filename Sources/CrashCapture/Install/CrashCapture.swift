@@ -15,7 +15,7 @@ internal import Logging
 /// try CrashCapture.install(.init(directory: "/var/lib/myapp/crashes", appName: "myapp", appVersion: "1.4.2"))
 /// ```
 ///
-/// From then on a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE or SIGTRAP (a Swift trap, an
+/// From then on a SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP or SIGSYS (a Swift trap, an
 /// uncaught C++ exception) leaves a checksummed crash report, flushed to disk, in the directory,
 /// and the process still dies of the same signal. The next install in that directory replays
 /// it into the event store, and the uploader sends it with the app's own events.
