@@ -72,7 +72,36 @@ static int selfcheck(const char *directory) {
     sigaction(SIGBUS, NULL, &bus);
     expect(bus.sa_handler == other_handler, "a handler installed after us is kept");
     expect(crashcapture_install(&config) == 0, "install after uninstall");
+    // A second install with another directory is refused; the first stays as it was.
+    char other[4096];
+    snprintf(other, sizeof(other), "%s-other", directory);
+    crashcapture_config another = {.directory = other, .app_name = "selfcheck", .app_version = "1"};
+    expect(crashcapture_install(&another) != 0, "a second install with another directory fails");
+    expect(strstr(crashcapture_last_error(), "already installed") != NULL, "and says it is already installed");
+    expect(access(other, F_OK) != 0, "and creates nothing");
     crashcapture_uninstall();
+    // A missing parent is an error, not made: a typo must not grow a tree of directories.
+    snprintf(other, sizeof(other), "%s-missing-parent/crashes", directory);
+    expect(crashcapture_install(&another) != 0, "a directory whose parent is missing is refused");
+    expect(strstr(crashcapture_last_error(), "does not exist") != NULL, "and the error says the parent is missing");
+    snprintf(other, sizeof(other), "%s-missing-parent", directory);
+    expect(access(other, F_OK) != 0, "and the parent is not made");
+    // A relative directory is made absolute once, at install: a later chdir changes nothing.
+    char parent[4096];
+    snprintf(parent, sizeof(parent), "%s", directory);
+    char *slash = strrchr(parent, '/');
+    if (slash != NULL && slash != parent) {
+        *slash = '\0';
+        char here[4096];
+        expect(getcwd(here, sizeof(here)) != NULL && chdir(parent) == 0, "chdir to the directory's parent");
+        crashcapture_config relative = {.directory = slash + 1, .app_name = "selfcheck", .app_version = "1"};
+        expect(crashcapture_install(&relative) == 0, "install with a relative directory");
+        const char *file = crashcapture_crash_file_path();
+        expect(file != NULL && file[0] == '/' && strncmp(file, directory, strlen(directory)) == 0,
+               "the crash file's path is absolute, in the directory meant");
+        expect(chdir(here) == 0, "chdir back");
+        crashcapture_uninstall();
+    }
     printf(failures == 0 ? "selfcheck ok\n" : "selfcheck failed\n");
     return failures == 0 ? 0 : 1;
 }

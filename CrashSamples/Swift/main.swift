@@ -104,6 +104,17 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         trackUntilKilled()
     case "pipeline-burst":
         trackBurst(count)
+    case "pipeline-install-twice":
+        // The crash file's path (absolute, whatever CRASHCAPTURE_DIR was), then a second install
+        // with another directory, which must be refused.
+        print("crash file \(CrashCapture.crashFilePath ?? "none")")
+        let directory = ProcessInfo.processInfo.environment["CRASHCAPTURE_DIR"]! + "-other"
+        do {
+            try CrashCapture.install(.init(directory: directory, appName: "other", appVersion: "2"))
+            print("second install accepted")
+        } catch {
+            print("second install refused: \(error)")
+        }
     case "pipeline-fork":
         // The child's events must not land in the parent's journal: they are dropped there.
         trackAll()
@@ -228,7 +239,8 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-oom", "pipeline-fork",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-oom",
+            "pipeline-fork",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {

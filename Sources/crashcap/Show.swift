@@ -53,7 +53,11 @@ extension Crashcap {
                 }
                 files = (folder?.names() ?? []).filter(CrashFileLayout.isCrashFileName)
                 if files.isEmpty {
-                    FileHandle.standardError.write(Data("crashcap: no crash files in \(path)\n".utf8))
+                    FileHandle.standardError.write(
+                        Data(
+                            ("crashcap: no crash files in \(path) (a replay imports and removes them: "
+                                + "`crashcap list` lists the crashes imported, `crashcap replay --archive` keeps "
+                                + "the files)\n").utf8))
                     return
                 }
             } else {

@@ -49,6 +49,28 @@ import Testing
         expectInstallError("not a directory") { try install(base + "/crashes") }
     }
 
+    /// Only the capture directory itself is made: a typo in its parent is an error, and
+    /// nothing is created.
+    @Test func refusesADirectoryWhoseParentIsMissing() throws {
+        let base = makeTemporaryDirectory("missing-parent")
+        expectInstallError("does not exist") { try install(base + "/typo/crashes") }
+        #expect(!FileManager.default.fileExists(atPath: base + "/typo"))
+    }
+
+    /// A relative directory is made absolute once, at install; a second install with another
+    /// directory is an error, not silently ignored.
+    @Test func aRelativeDirectoryIsMadeAbsoluteAndASecondInstallElsewhereIsRefused() throws {
+        let base = makeTemporaryDirectory("relative")
+        let result = try run(
+            "/bin/sh", ["-c", "cd '\(base)' && exec '\(Paths.swiftSample)' pipeline-install-twice"],
+            environment: ["CRASHCAPTURE_DIR": "crashes", "CRASH_SAMPLE_EVENTS": "0"], timeout: 30)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("crash file \(base)/crashes/crash-"), "\(result.stdout)")
+        #expect(result.stdout.contains("second install refused"), "\(result.stdout)")
+        #expect(result.stdout.contains("already installed"), "\(result.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: base + "/crashes-other"))
+    }
+
     @Test func refusesBadPropertiesBeforeInstalling() throws {
         let directory = makeTemporaryDirectory("props")
         expectInstallError("reserved") { try install(directory, properties: ["$custom": 1]) }
@@ -63,7 +85,7 @@ import Testing
     }
 
     @Test func installUninstallAndReinstallFromAnotherProcess() throws {
-        let directory = makeTemporaryDirectory("selfcheck") + "/nested/crashes"
+        let directory = makeTemporaryDirectory("selfcheck") + "/crashes"
         let result = try run(Paths.cSample, ["selfcheck"], environment: ["CRASHCAPTURE_DIR": directory])
         #expect(result.stdout.contains("selfcheck ok"), "\(result.stdout)")
         #expect(result.exitCode == 0)

@@ -26,6 +26,52 @@ import Testing
         #expect(damaged.stdout.contains("damaged: "))
     }
 
+    /// `crashcap list`: every crash of a directory, newest first, imported ones (from the
+    /// store, after replay removed their files) and pending ones alike.
+    @Test func listShowsImportedAndPendingCrashesNewestFirst() throws {
+        let directory = makeTemporaryDirectory("list")
+        let empty = try run(Paths.crashcap, ["list", directory, "--json"])
+        #expect(empty.exitCode == 0 && empty.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+        for kind in ["abort", "null-read"] {
+            let crashed = try run(
+                Paths.cSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+            #expect(crashed.signal != nil)
+        }
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+        #expect(replay.exitCode == 0, "\(replay.stdout)")
+        let show = try run(Paths.crashcap, ["show", directory])
+        #expect(show.stderr.contains("crashcap list"), "the empty show points at list: \(show.stderr)")
+        usleep(20_000)
+        let pending = try run(
+            Paths.cSample, ["int-divide-by-zero"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(pending.signal == SIGFPE)
+        let text = try run(Paths.crashcap, ["list", directory], timeout: 60)
+        #expect(text.exitCode == 0, "\(text.stderr)")
+        let lines = text.stdout.split(separator: "\n")
+        #expect(lines.count == 4, "a header and three crashes: \(text.stdout)")
+        #expect(lines.dropFirst().first?.contains("SIGFPE") == true && lines[1].contains("pending"), "\(text.stdout)")
+        #expect(lines.dropFirst(2).allSatisfy { $0.contains("imported") }, "\(text.stdout)")
+        #expect(text.stdout.contains("in sample_null_read") && text.stdout.contains("in sample_abort"))
+        let json = try run(Paths.crashcap, ["list", directory, "--json"], timeout: 60)
+        let crashes = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        #expect(crashes.map { $0["signal"] as? String } == ["SIGFPE", "SIGSEGV", "SIGABRT"])
+        let times = crashes.compactMap { ($0["time"] as? NSNumber)?.int64Value }
+        #expect(times == times.sorted(by: >))
+        #expect(crashes.allSatisfy { ($0["fingerprint"] as? String)?.count == 16 })
+    }
+
+    /// A mistyped command gets the one it was most likely meant to be.
+    @Test func aMistypedCommandGetsASuggestion() throws {
+        let typo = try run(Paths.crashcap, ["shwo", "/tmp"])
+        #expect(typo.exitCode == 64)
+        #expect(typo.stderr.contains("did you mean 'show'"), "\(typo.stderr)")
+        let prefix = try run(Paths.crashcap, ["repl"])
+        #expect(prefix.stderr.contains("did you mean 'replay'"), "\(prefix.stderr)")
+        let unrelated = try run(Paths.crashcap, ["zzzzzzzz"])
+        #expect(unrelated.exitCode != 0 && !unrelated.stderr.contains("did you mean"))
+    }
+
     /// On a terminal `show` is in colour, unless NO_COLOR is set (or --no-color given).
     @Test func showHonoursNoColor() throws {
         let directory = makeTemporaryDirectory("no-color")

@@ -117,27 +117,22 @@ int crashcapture_has_libunwind(void) { return cc_global.unw_init_local2 != NULL;
 
 // MARK: - Directory and identity
 
-static int cc_make_directories(const char *path) {
-    char partial[PATH_MAX];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof(partial)) return cc_fail("crash directory path is empty or too long");
-    memcpy(partial, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (partial[i] != '/' && partial[i] != '\0') continue;
-        char saved = partial[i];
-        partial[i] = '\0';
-        if (mkdir(partial, 0700) != 0 && errno != EEXIST)
-            return cc_fail("cannot create directory %s: %s", partial, strerror(errno));
-        partial[i] = saved;
-    }
-    return 0;
+// The capture directory itself is made if missing, never its parents: a typo in the path
+// must not grow a tree of directories somewhere unexpected.
+static int cc_make_directory(const char *path) {
+    if (mkdir(path, 0700) == 0 || errno == EEXIST) return 0;
+    if (errno == ENOENT)
+        return cc_fail("cannot create crash directory %s: its parent directory does not exist (only the crash "
+                       "directory itself is made)",
+                       path);
+    return cc_fail("cannot create directory %s: %s", path, strerror(errno));
 }
 
 static int cc_open_directory(const char *path) {
     struct stat st;
     if (lstat(path, &st) != 0) {
         if (errno != ENOENT) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
-        if (cc_make_directories(path) != 0) return -1;
+        if (cc_make_directory(path) != 0) return -1;
         if (lstat(path, &st) != 0) return cc_fail("cannot inspect %s: %s", path, strerror(errno));
     }
     if (S_ISLNK(st.st_mode)) return cc_fail("crash directory %s is a symbolic link; refusing it", path);
@@ -564,16 +559,38 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     memset(cc_step_ns, 0, sizeof(cc_step_ns));
     cc_step_started_ns = cc_monotonic_ns();
     int result = 0;
-    if (atomic_load(&cc_global.installed)) goto done;
     if (config == NULL || config->directory == NULL || config->directory[0] == '\0') {
         result = cc_fail("a crash directory is required");
+        goto done;
+    }
+    // A relative directory is resolved once, against the working directory at install: a
+    // later chdir, and the crash path, never see it again.
+    char absolute[PATH_MAX];
+    const char *directory = config->directory;
+    if (directory[0] != '/') {
+        char here[PATH_MAX];
+        if (getcwd(here, sizeof(here)) == NULL ||
+            snprintf(absolute, sizeof(absolute), "%s/%s", strcmp(here, "/") == 0 ? "" : here, directory) >=
+                (int)sizeof(absolute)) {
+            result = cc_fail("cannot make the crash directory %s absolute: %s", directory,
+                             errno != 0 ? strerror(errno) : "path too long");
+            goto done;
+        }
+        directory = absolute;
+    }
+    if (atomic_load(&cc_global.installed)) {
+        // Installing again with the same directory changes nothing; another one is a mistake
+        // that would otherwise go unnoticed.
+        if (strcmp(directory, cc_global.directory) != 0)
+            result = cc_fail("already installed with crash directory %s; uninstall first to use %s",
+                             cc_global.directory, directory);
         goto done;
     }
     if (config->property_count > 0 && config->properties == NULL) {
         result = cc_fail("property_count is %zu but properties is NULL", config->property_count);
         goto done;
     }
-    if (strlen(config->directory) >= sizeof(cc_global.directory) - 80) {
+    if (strlen(directory) >= sizeof(cc_global.directory) - 80) {
         result = cc_fail("crash directory path is too long");
         goto done;
     }
@@ -601,7 +618,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         goto done;
     }
     cc_step_done(CC_STEP_CONFIGURATION);
-    int dir_fd = cc_open_directory(config->directory);
+    int dir_fd = cc_open_directory(directory);
     if (dir_fd < 0) {
         result = -1;
         goto done;
@@ -611,7 +628,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         result = -1;
         goto done;
     }
-    snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", config->directory);
+    snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", directory);
     cc_global.dir_fd = dir_fd;
     cc_note_file(dir_fd, &cc_global.dir_dev, &cc_global.dir_ino);
     cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);

@@ -127,8 +127,21 @@ public enum CrashCapture: Sendable {
     /// Installs the crash handlers, opens the event store, tracks $AppStart and starts the
     /// uploader. A second call while installed does nothing.
     public static func install(_ configuration: Configuration) throws {
+        var configuration = configuration
+        // Resolved once, against the working directory now: a later chdir changes nothing.
+        if !configuration.directory.isEmpty && !configuration.directory.hasPrefix("/") {
+            configuration.directory =
+                FileManager.default.currentDirectoryPath + "/" + configuration.directory
+        }
         try state.withLock {
-            if state.pipeline != nil && isInstalled { return }
+            if state.pipeline != nil && isInstalled {
+                guard let installed = state.directory, installed == configuration.directory else {
+                    throw CrashCaptureError.invalidArgument(
+                        "already installed with directory \(state.directory ?? "?"); call uninstall() first to "
+                            + "install with \(configuration.directory)")
+                }
+                return
+            }
             try installCrashPath(configuration)
             do {
                 state.pipeline = try makePipeline(configuration)

@@ -282,6 +282,11 @@ package struct CrashReplayer: Sendable {
         else { return event }
         let seen = try transaction.noteCrash(
             fingerprint: fingerprint, eventID: id, timeMilliseconds: time, window: crashLoopWindowMilliseconds)
+        try transaction.noteCrashInHistory(
+            CrashHistoryEntry(
+                eventID: id, timeMilliseconds: time, signal: properties["crash_signal_name"] as? String ?? "?",
+                title: properties["crash_title"] as? String ?? "?", fingerprint: fingerprint,
+                appVersion: properties["$app_version"] as? String ?? ""))
         properties["crash_repeat_count"] = seen.count
         var compacted = event
         guard seen.count > crashLoopThreshold else {

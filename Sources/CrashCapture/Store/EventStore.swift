@@ -44,8 +44,8 @@ package final class EventStore: @unchecked Sendable {
     /// Set when the file found at `path` was damaged or not ours and was renamed, not deleted.
     package private(set) var movedAside: (path: String, reason: String)?
 
-    private var connection: SQLiteConnection!
-    private let lock = StoreLock()
+    var connection: SQLiteConnection!
+    let lock = StoreLock()
     private var eventCount = 0
     private var eventBytes = 0
     /// Every row up to this sequence number was delivered and is no longer counted, but is
@@ -198,7 +198,7 @@ package final class EventStore: @unchecked Sendable {
     /// The statements an upload runs for every batch, prepared once; reset and ready to bind.
     private var statements: [String: SQLiteStatement] = [:]
 
-    private func statement(_ sql: String) throws -> SQLiteStatement {
+    func statement(_ sql: String) throws -> SQLiteStatement {
         if let known = statements[sql] {
             known.reset()
             return known
@@ -290,6 +290,14 @@ package final class EventStore: @unchecked Sendable {
                     time_ms INTEGER NOT NULL,
                     PRIMARY KEY (fingerprint, event_id)) WITHOUT ROWID;
                 CREATE INDEX IF NOT EXISTS crash_occurrences_by_time ON crash_occurrences(time_ms);
+                CREATE TABLE IF NOT EXISTS crash_history(
+                    event_id TEXT PRIMARY KEY,
+                    time_ms INTEGER NOT NULL,
+                    signal TEXT NOT NULL,
+                    title TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    app_version TEXT NOT NULL) WITHOUT ROWID;
+                CREATE INDEX IF NOT EXISTS crash_history_by_time ON crash_history(time_ms);
                 CREATE TABLE IF NOT EXISTS crash_runs(
                     fingerprint TEXT PRIMARY KEY,
                     first_ms INTEGER NOT NULL,
@@ -413,7 +421,7 @@ package final class EventStore: @unchecked Sendable {
 
     /// The changes that can be made inside `transaction`.
     package struct Transaction {
-        fileprivate let store: EventStore
+        let store: EventStore
 
         @discardableResult
         package func insert(_ events: [(id: String, payload: String)], rememberIDs: Bool = false) throws

@@ -1,0 +1,120 @@
+import ArgumentParser
+import CrashCapture
+import CrashFileFormat
+import CrashSymbolication
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension Crashcap {
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the crashes of a capture directory, newest first, as coredumpctl list does.",
+            discussion: """
+                One line per crash: its time, signal, title and fingerprint, and where it is: a crash \
+                file still waiting for a replay (`pending`), or imported into the directory's event \
+                store (`imported`; the store keeps the newest 1,000, after their events are uploaded).
+                """)
+
+        @Argument(help: "A capture directory.")
+        var directory: String
+
+        @Flag(help: "Print one JSON array instead of text.")
+        var json = false
+
+        @OptionGroup var symbols: SymbolOptions
+
+        struct Crash {
+            var timeMilliseconds: Int64
+            var signal: String
+            var title: String
+            var fingerprint: String
+            var appVersion: String
+            var place: String
+        }
+
+        mutating func run() throws {
+            try Crashcap.requireUTF8Path(directory)
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue
+            else { throw Crashcap.fail("not a directory: \(CaptureFile.printable(directory))", code: 66) }
+            var crashes = try pendingCrashes()
+            let storePath = directory + "/events.sqlite"
+            if FileManager.default.fileExists(atPath: storePath) {
+                do {
+                    crashes += try EventStore(path: storePath).crashHistory().map {
+                        Crash(
+                            timeMilliseconds: $0.timeMilliseconds, signal: $0.signal, title: $0.title,
+                            fingerprint: $0.fingerprint, appVersion: $0.appVersion, place: "imported")
+                    }
+                } catch {
+                    throw Crashcap.fail("the event store cannot be read: \(error)", code: 74)
+                }
+            }
+            crashes.sort { $0.timeMilliseconds > $1.timeMilliseconds }
+            if json {
+                let objects = crashes.map { crash -> [String: Any] in
+                    [
+                        "time": crash.timeMilliseconds, "signal": crash.signal, "title": crash.title,
+                        "fingerprint": crash.fingerprint, "app_version": crash.appVersion, "where": crash.place,
+                    ]
+                }
+                let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys])
+                print(String(decoding: data, as: UTF8.self))
+                return
+            }
+            guard !crashes.isEmpty else {
+                FileHandle.standardError.write(Data("crashcap: no crashes recorded in \(directory)\n".utf8))
+                return
+            }
+            let formatter = DateFormatter()
+            formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+            formatter.timeZone = TimeZone.current
+            let signalWidth = max(6, crashes.map(\.signal.count).max() ?? 0)
+            print(
+                "TIME                 \("SIGNAL".padding(toLength: signalWidth, withPad: " ", startingAt: 0))  "
+                    + "FINGERPRINT       WHERE     TITLE")
+            for crash in crashes {
+                let time = formatter.string(from: Date(timeIntervalSince1970: Double(crash.timeMilliseconds) / 1000))
+                print(
+                    CaptureFile.printable(
+                        "\(time)  \(crash.signal.padding(toLength: signalWidth, withPad: " ", startingAt: 0))  "
+                            + "\(crash.fingerprint.padding(toLength: 16, withPad: " ", startingAt: 0))  "
+                            + "\(crash.place.padding(toLength: 8, withPad: " ", startingAt: 0))  \(crash.title)"))
+            }
+        }
+
+        /// Crash files not yet imported, read and named as `show` names them.
+        func pendingCrashes() throws -> [Crash] {
+            let folder: CaptureDirectory
+            do {
+                folder = try CaptureDirectory(directory)
+            } catch {
+                throw Crashcap.fail("cannot list: \(CaptureFile.printable("\(error)"))", code: 66)
+            }
+            let symbolicator = try symbols.symbolicator()
+            var crashes: [Crash] = []
+            for name in folder.names().filter(CrashFileLayout.isCrashFileName) {
+                guard let descriptor = try? folder.openForReading(name) else { continue }
+                let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+                // A running process's file, locked since its install: no crash in it yet.
+                if flock(handle.fileDescriptor, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK { continue }
+                guard let contents = try? CrashFileReader.read(handle) else { continue }
+                let report = CrashReport(path: folder.path(of: name), contents: contents)
+                guard let crashed = report.crashed else { continue }
+                let named = symbolicator.symbolicate(report)
+                let signal = report.signalName ?? "crash"
+                crashes.append(
+                    Crash(
+                        timeMilliseconds: (crashed["time"] as? NSNumber)?.int64Value ?? 0, signal: signal,
+                        title: CrashFingerprint.title(signal: signal, symbols: named, frames: report.frames),
+                        fingerprint: CrashFingerprint.fingerprint(
+                            signal: signal, symbols: named, frames: report.frames),
+                        appVersion: report.properties["$app_version"] as? String ?? "", place: "pending"))
+            }
+            return crashes
+        }
+    }
+}
