@@ -196,7 +196,8 @@ NOINLINE void sample_fill_disk_then_segv(void) {
 // A system call the process's seccomp filter forbids (SECCOMP_RET_TRAP): SIGSYS.
 NOINLINE void sample_forbidden_syscall(void) {
     sample_trap_acct_syscall();
-    syscall(SYS_acct, NULL);
+    // Code after the call keeps it from being a tail call: this frame stays on the stack.
+    if (syscall(SYS_acct, NULL) == 0) abort();
 }
 
 // The file-size limit lowered after install, then a crash: the process must still die of
