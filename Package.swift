@@ -31,6 +31,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // `swift package generate-documentation --target CrashCapture`: the DocC catalog in
+        // Sources/CrashCapture/CrashCapture.docc, built by Scripts/test.sh.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The crash-file layout and the names of signals, as C constants and inline functions:

@@ -27,4 +27,6 @@ rm -f .build/minimal-app/debug.yaml
 swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
+# The DocC catalog: a broken symbol link or article fails the run.
+swift package generate-documentation --target CrashCapture --warnings-as-errors >/dev/null
 swift test "$@"
