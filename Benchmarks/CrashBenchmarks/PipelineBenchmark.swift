@@ -26,7 +26,7 @@ func trackRun(events: Int, configuration: CrashCapture.Configuration, threads: I
     try CrashCapture.install(configuration)
     defer { CrashCapture.uninstall() }
     // Let the writer fault the journal's pages in first, as it does right after install.
-    CrashCapture.flush(timeout: 0)
+    CrashCapture.flush(timeout: .zero)
     let perThread = events / threads
     let samples = Samples()
     let start = monotonic()
@@ -42,7 +42,7 @@ func trackRun(events: Int, configuration: CrashCapture.Configuration, threads: I
         samples.add(local)
     }
     let tracked = monotonic()
-    CrashCapture.flush(timeout: 0)
+    CrashCapture.flush(timeout: .zero)
     let stored = monotonic()
     let store = CrashCapture.eventStore!
     var run = TrackRun()

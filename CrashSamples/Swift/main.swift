@@ -86,12 +86,12 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         }
     case "pipeline-wait":
         trackAll()
-        CrashCapture.flush(timeout: 5)
+        CrashCapture.flush(timeout: .seconds(5))
         FileHandle.standardOutput.write(Data("ready\n".utf8))
         while true { sleep(10) }
     case "pipeline-crash":
         trackAll()
-        CrashCapture.flush(timeout: 5)
+        CrashCapture.flush(timeout: .seconds(5))
         _ = crashSwiftNullRead()
     case "pipeline-login":
         try! CrashCapture.login("user-42")
@@ -178,7 +178,7 @@ func trackBurst(_ count: Int) {
     group.wait()
     let sorted = UnsafeMutableBufferPointer(start: latencies, count: count / 4).sorted()
     let p99 = sorted.isEmpty ? 0 : sorted[sorted.count * 99 / 100]
-    CrashCapture.flush(timeout: 60)
+    CrashCapture.flush(timeout: .seconds(60))
     FileHandle.standardOutput.write(
         Data("{\"disk\":\(disk),\"dropped\":\(CrashCapture.droppedBeforeStore),\"p99_ns\":\(p99)}\n".utf8))
 }
@@ -326,10 +326,10 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
     LoggingSystem.bootstrap(StreamLogHandler.standardError)
     var upload = UploadOptions()
     // Tests shorten the retry and exit delays; the defaults are the product's.
-    if let base = environment["CRASH_SAMPLE_RETRY_BASE"].flatMap(Double.init) { upload.retryBaseDelay = base }
-    if let exit = environment["CRASH_SAMPLE_EXIT_FLUSH"].flatMap(Double.init) { upload.exitFlushTimeout = exit }
+    if let base = environment["CRASH_SAMPLE_RETRY_BASE"].flatMap(Double.init) { upload.retryBaseDelay = .seconds(base) }
+    if let exit = environment["CRASH_SAMPLE_EXIT_FLUSH"].flatMap(Double.init) { upload.exitFlushTimeout = .seconds(exit) }
     if let timeout = environment["CRASH_SAMPLE_REQUEST_TIMEOUT"].flatMap(Double.init) {
-        upload.requestTimeout = timeout
+        upload.requestTimeout = .seconds(timeout)
     }
     do {
         try CrashCapture.install(

@@ -54,6 +54,12 @@ public struct CrashCaptureError: Error, Sendable, Equatable, CustomStringConvert
 extension CrashCaptureError {
     package static func invalidArgument(_ message: String) -> Self { Self(.invalidArgument, message) }
 
+    /// `error` itself when it is one of ours, else wrapped as an I/O failure that keeps its
+    /// description: for the typed `throws` of the public API.
+    package static func wrapping(_ error: any Error) -> Self {
+        error as? CrashCaptureError ?? Self(.io, "\(error)")
+    }
+
     package static func corrupt(_ message: String, path: String? = nil) -> Self {
         Self(.corrupt, message, path: path)
     }

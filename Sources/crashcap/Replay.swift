@@ -82,6 +82,13 @@ struct UploadTarget: ParsableArguments {
             throw Crashcap.fail("\(error)", code: 64)
         }
         let before = store.count
+        // A server that is down must not make the tool look hung: a line per failed attempt.
+        uploader.onRetry = { failures, reason, delay in
+            FileHandle.standardError.write(
+                Data(
+                    ("crashcap: upload attempt \(failures) failed (\(reason)); trying again in "
+                        + String(format: "%.1f s", delay) + "\n").utf8))
+        }
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
         say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(endpoint))")

@@ -24,9 +24,9 @@ import Testing
                     )
                 })
             var options = UploadOptions()
-            options.retryBaseDelay = 0.05
-            options.retryMaximumDelay = 0.2
-            options.requestTimeout = 5
+            options.retryBaseDelay = .milliseconds(50)
+            options.retryMaximumDelay = .milliseconds(200)
+            options.requestTimeout = .seconds(5)
             return try Uploader(endpoint: URL(string: collector.url)!, store: store, options: options)
         }
         DispatchQueue.concurrentPerform(iterations: uploaders.count) { index in
@@ -49,8 +49,8 @@ import Testing
         let store = try EventStore(path: makeTemporaryDirectory("retry-after") + "/events.sqlite")
         _ = try store.insert([(id: "r1", payload: #"{"type":"track","event_id":"r1","event":"e","properties":{}}"#)])
         var options = UploadOptions()
-        options.retryBaseDelay = 0.05
-        options.retryMaximumDelay = 10
+        options.retryBaseDelay = .milliseconds(50)
+        options.retryMaximumDelay = .seconds(10)
         let uploader = try Uploader(endpoint: URL(string: collector.url)!, store: store, options: options)
         let start = Date()
         uploader.flushNow(deadline: Date().addingTimeInterval(20))

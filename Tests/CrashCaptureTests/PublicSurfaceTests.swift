@@ -1,3 +1,4 @@
+import CrashCapture
 import Foundation
 import TestSupport
 import Testing
@@ -47,5 +48,33 @@ import Testing
     @Test func everyPublicDeclarationHasADocComment() throws {
         let undocumented = try Self.publicDeclarations().filter { !$0.documented && !$0.text.contains(" import ") }
         #expect(undocumented.isEmpty, "\(undocumented.map { "\($0.file):\($0.line) \($0.text)" })")
+    }
+}
+
+/// The API as a Swift user expects it: every throwing call throws `CrashCaptureError` itself
+/// (a `catch` gets its `kind` without a cast), and every time is a `Duration`.
+@Suite struct TypedAPITests {
+    @Test func errorsAreTypedAndTimesAreDurations() {
+        do {
+            try CrashCapture.track("9 is no name")
+            Issue.record("a bad event name was accepted")
+        } catch {
+            // `error` is a CrashCaptureError here: this line does not compile otherwise.
+            let kind: CrashCaptureError.Kind = error.kind
+            #expect(kind == .invalidArgument)
+        }
+        do {
+            try CrashCapture.login("user")
+        } catch {
+            #expect(error.kind == .notInstalled)
+        }
+        var options = UploadOptions()
+        options.exitFlushTimeout = .milliseconds(500)
+        options.retryBaseDelay = .seconds(2)
+        #expect(options.exitFlushTimeout < options.retryBaseDelay)
+        var configuration = CrashCapture.Configuration(directory: "/x", appName: "a", appVersion: "1")
+        configuration.replayBudget = .seconds(1)
+        configuration.fullJournalWait = .milliseconds(10)
+        CrashCapture.flush(timeout: .zero)
     }
 }

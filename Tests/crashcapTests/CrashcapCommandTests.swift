@@ -19,6 +19,7 @@ import Testing
         let badURL = try run(
             Paths.crashcap, ["upload", makeTemporaryDirectory("up"), "--upload", "http://example.com/sa"])
         #expect(badURL.exitCode == 64 && badURL.stderr.contains("https"))
+        #expect(badURL.stderr.contains("--allow-insecure-http"), "the error names the flag: \(badURL.stderr)")
         let damagedDirectory = makeTemporaryDirectory("cli-damaged")
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: damagedDirectory + "/crash-x.ccr"))
         let damaged = try run(Paths.crashcap, ["replay", damagedDirectory])
@@ -59,6 +60,22 @@ import Testing
         let times = crashes.compactMap { ($0["time"] as? NSNumber)?.int64Value }
         #expect(times == times.sorted(by: >))
         #expect(crashes.allSatisfy { ($0["fingerprint"] as? String)?.count == 16 })
+    }
+
+    /// An upload to a collector that is down says so at every failed attempt, instead of
+    /// staying silent until its time runs out.
+    @Test func anUploadToACollectorThatIsDownSaysSoAtEachAttempt() throws {
+        let directory = makeTemporaryDirectory("upload-down")
+        let crashed = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGABRT)
+        #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
+        // Port 9 (discard) on loopback: nothing listens there, every connection is refused.
+        let upload = try run(
+            Paths.crashcap, ["upload", directory, "--upload", "http://127.0.0.1:9/sa", "--upload-timeout", "4"],
+            timeout: 30)
+        #expect(upload.exitCode == 75, "\(upload.stderr)")
+        #expect(upload.stderr.contains("upload attempt 1 failed"), "\(upload.stderr)")
+        #expect(upload.stderr.contains("trying again in"))
     }
 
     /// A mistyped command gets the one it was most likely meant to be.

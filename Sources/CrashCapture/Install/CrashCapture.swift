@@ -74,10 +74,10 @@ public enum CrashCapture: Sendable {
         /// Bytes of crash and session files in the directory, at install, past which a crash
         /// keeps no report of its own (see `maximumCrashFiles`).
         public var maximumCrashBytes: Int
-        /// Seconds the import of earlier crashes and sessions may take at install, on a queue of
+        /// How long the import of earlier crashes and sessions may take at install, on a queue of
         /// its own: what is left waits for the next start or `crashcap replay`. Nothing of the
         /// app waits for it.
-        public var replayBudget: Double = 5
+        public var replayBudget: Duration = .seconds(5)
 
         /// A configuration with the defaults for everything but where and who.
         public init(
@@ -126,7 +126,15 @@ public enum CrashCapture: Sendable {
 
     /// Installs the crash handlers, opens the event store, tracks $AppStart and starts the
     /// uploader. A second call while installed does nothing.
-    public static func install(_ configuration: Configuration) throws {
+    public static func install(_ configuration: Configuration) throws(CrashCaptureError) {
+        do {
+            try installAnyError(configuration)
+        } catch {
+            throw CrashCaptureError.wrapping(error)
+        }
+    }
+
+    static func installAnyError(_ configuration: Configuration) throws {
         var configuration = configuration
         // Resolved once, against the working directory now: a later chdir changes nothing.
         if !configuration.directory.isEmpty && !configuration.directory.hasPrefix("/") {
@@ -237,9 +245,13 @@ public enum CrashCapture: Sendable {
     /// Tracks one of the app's own events. Names and keys: `[A-Za-z_][A-Za-z0-9_]*`, at most 100
     /// bytes, no `$` prefix (reserved for presets), no reserved name; text values at most 8191
     /// bytes. Never blocks on disk or network: the event is written by a background writer.
-    public static func track(_ event: String, properties: [String: PropertyValue] = [:]) throws {
-        try PropertyRules.validateName(event, kind: "event name")
-        try PropertyRules.validate(properties)
+    public static func track(_ event: String, properties: [String: PropertyValue] = [:]) throws(CrashCaptureError) {
+        do {
+            try PropertyRules.validateName(event, kind: "event name")
+            try PropertyRules.validate(properties)
+        } catch {
+            throw CrashCaptureError.wrapping(error)
+        }
         guard let pipeline = state.current else { throw CrashCaptureError.notInstalled }
         pipeline.enqueue(
             PendingEvent(name: event, properties: properties, timeMilliseconds: wallMilliseconds(), method: "code"))
@@ -247,7 +259,7 @@ public enum CrashCapture: Sendable {
 
     /// From now on events (crash reports included) carry this id as distinct_id; a `$SignUp`
     /// event links it to the anonymous id. Kept across restarts until `logout()`.
-    public static func login(_ loginID: String) throws {
+    public static func login(_ loginID: String) throws(CrashCaptureError) {
         guard let pipeline = state.current, let directory = state.directory else {
             throw CrashCaptureError.notInstalled
         }
@@ -275,10 +287,10 @@ public enum CrashCapture: Sendable {
     }
 
     /// Writes every tracked event to the store and, if an endpoint is set, uploads what is cached.
-    public static func flush(timeout: Double = 10) {
+    public static func flush(timeout: Duration = .seconds(10)) {
         guard let pipeline = state.current else { return }
         pipeline.flushToStore()
-        pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout))
+        pipeline.uploader?.flushNow(deadline: Date().addingTimeInterval(timeout.seconds))
     }
 
     /// Events track() dropped: the journal stayed full for `fullJournalWait` (the writer could
@@ -307,7 +319,7 @@ public enum CrashCapture: Sendable {
 
     /// Gives the calling thread an alternate signal stack so that a stack overflow on it is
     /// captured. Threads created after install get one automatically.
-    public static func installAlternateStackForCurrentThread() throws {
+    public static func installAlternateStackForCurrentThread() throws(CrashCaptureError) {
         guard crashcapture_install_thread_stack() == 0 else {
             throw CrashCaptureError.system("cannot set up an alternate signal stack for this thread")
         }
@@ -417,7 +429,7 @@ extension CrashCapture {
                 symbolicator: Symbolicator(
                     options: .fromEnvironment(adding: configuration.symbolStores, searchesSeparateDebugInfo: false))))
         pipeline.startBackgroundWork()
-        let budget = configuration.replayBudget
+        let budget = configuration.replayBudget.seconds
         // Entered now, so that a flush or an exit that comes before the import starts waits for it.
         pipeline.replay.enter()
         pipeline.onWriter {
@@ -453,7 +465,7 @@ extension CrashCapture {
                     name: "$AppStart", properties: [:], timeMilliseconds: crashcapture_start_wall_ms(),
                     method: "autoTrack", eventID: identity.sessionID + "-start",
                     extra: "\"$resume_from_background\":false"))
-            registerLifecycleHooks(exitFlushTimeout: configuration.upload.exitFlushTimeout)
+            registerLifecycleHooks(exitFlushTimeout: configuration.upload.exitFlushTimeout.seconds)
         }
         uploader?.start()
         uploader?.requestFlush()

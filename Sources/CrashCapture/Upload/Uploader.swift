@@ -4,18 +4,18 @@ package import Foundation
 public struct UploadOptions: Sendable {
     /// Flush once this many events are cached.
     public var flushBulkSize = 100
-    /// And at least this often, in seconds.
-    public var flushInterval: Double = 15
+    /// And at least this often.
+    public var flushInterval: Duration = .seconds(15)
     /// Events per request.
     public var batchSize = 50
-    /// Seconds one request may take before it counts as failed and is retried.
-    public var requestTimeout: Double = 10
+    /// How long one request may take before it counts as failed and is retried.
+    public var requestTimeout: Duration = .seconds(10)
     /// Retries wait base × 2^(failures-1), with jitter, up to the maximum.
-    public var retryBaseDelay: Double = 1
-    /// The longest wait between retries, in seconds.
-    public var retryMaximumDelay: Double = 300
+    public var retryBaseDelay: Duration = .seconds(1)
+    /// The longest wait between retries.
+    public var retryMaximumDelay: Duration = .seconds(300)
     /// How long exit may spend on a last upload.
-    public var exitFlushTimeout: Double = 2
+    public var exitFlushTimeout: Duration = .seconds(2)
     /// Plain http to a host that is not this machine is refused unless this is set.
     public var allowInsecureHTTP = false
 
@@ -26,8 +26,8 @@ public struct UploadOptions: Sendable {
         guard flushBulkSize > 0, batchSize > 0 else {
             throw CrashCaptureError.invalidArgument("flushBulkSize and batchSize must be positive")
         }
-        guard flushInterval > 0, requestTimeout > 0, retryBaseDelay > 0, retryMaximumDelay >= retryBaseDelay,
-            exitFlushTimeout >= 0
+        guard flushInterval > .zero, requestTimeout > .zero, retryBaseDelay > .zero,
+            retryMaximumDelay >= retryBaseDelay, exitFlushTimeout >= .zero
         else { throw CrashCaptureError.invalidArgument("upload intervals and timeouts must be positive") }
     }
 }
@@ -117,7 +117,8 @@ package final class Uploader: @unchecked Sendable {
             let loopback = host == "localhost" || host.hasPrefix("127.") || host == "::1" || host == "[::1]"
             if loopback || allowInsecureHTTP { return }
             throw CrashCaptureError.invalidArgument(
-                "server URL \(redacted(url)) uses plain http to another machine; use https (or set allowInsecureHTTP)")
+                "server URL \(redacted(url)) uses plain http to another machine; use https, or allow plain http "
+                    + "explicitly (crashcap: --allow-insecure-http; the SDK: UploadOptions.allowInsecureHTTP)")
         default:
             throw CrashCaptureError.invalidArgument("server URL \(redacted(url)) must be http or https")
         }
@@ -132,7 +133,7 @@ package final class Uploader: @unchecked Sendable {
     /// Starts the periodic flush.
     package func start() {
         let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + options.flushInterval, repeating: options.flushInterval)
+        timer.schedule(deadline: .now() + options.flushInterval.seconds, repeating: options.flushInterval.seconds)
         timer.setEventHandler { [weak self] in self?.flush(deadline: nil) }
         timer.resume()
         self.timer = timer
@@ -156,6 +157,10 @@ package final class Uploader: @unchecked Sendable {
             self.flush(deadline: nil)
         }
     }
+
+    /// Told of each failed attempt before the wait that follows it: the failures in a row,
+    /// why, and the seconds until the next try. For a tool that shows its progress.
+    package var onRetry: (@Sendable (_ failures: Int, _ reason: String, _ delaySeconds: Double) -> Void)?
 
     /// Sends everything now, on the calling thread's behalf, until done, a failure, or the deadline.
     /// Returns by `deadline` even when a background upload is still waiting on a server that
@@ -183,7 +188,7 @@ package final class Uploader: @unchecked Sendable {
             if let accepted { try? store.complete(accepted) }
         }
         while let (batch, body) = current {
-            var timeout = options.requestTimeout
+            var timeout = options.requestTimeout.seconds
             if let deadline {
                 timeout = min(timeout, deadline.timeIntervalSinceNow)
                 if timeout <= 0.05 {
@@ -236,9 +241,11 @@ package final class Uploader: @unchecked Sendable {
                 stats.lastError = reason
                 // The server's Retry-After wins over our backoff, within our longest delay.
                 let delay = max(
-                    Self.backoff(failures: failures, options: options), min(asked, options.retryMaximumDelay))
+                    Self.backoff(failures: failures, options: options), min(asked, options.retryMaximumDelay.seconds))
                 retryAt = Date().addingTimeInterval(delay)
+                let attempt = failures
                 lock.unlock()
+                onRetry?(attempt, reason, delay)
                 // The next batch goes back too: nothing may overtake the one that failed.
                 if let (claimed, _) = next { try? store.release(claimed) }
                 try? store.release(batch)
@@ -294,8 +301,8 @@ package final class Uploader: @unchecked Sendable {
     }
 
     static func backoff(failures: Int, options: UploadOptions) -> Double {
-        let exponential = options.retryBaseDelay * pow(2, Double(min(failures, 30) - 1))
-        return min(exponential, options.retryMaximumDelay) * Double.random(in: 0.5...1.0)
+        let exponential = options.retryBaseDelay.seconds * pow(2, Double(min(failures, 30) - 1))
+        return min(exponential, options.retryMaximumDelay.seconds) * Double.random(in: 0.5...1.0)
     }
 
     /// One request for one batch, on the upload queue like every other (the plain http
@@ -347,4 +354,12 @@ package final class Uploader: @unchecked Sendable {
 final class Box<T>: @unchecked Sendable {
     var value: T
     init(_ value: T) { self.value = value }
+}
+
+extension Duration {
+    /// The duration in seconds, for the clocks and timers that count in them.
+    package var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
 }

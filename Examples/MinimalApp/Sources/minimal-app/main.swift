@@ -40,7 +40,7 @@ do {
     exit(1)
 }
 if arguments.count > 2 && arguments[2] == "crash" {
-    CrashCapture.flush(timeout: 0)
+    CrashCapture.flush(timeout: .zero)
     let pointer = UnsafeMutablePointer<Int>(bitPattern: 8)!
     pointer.pointee = 42
 }
