@@ -243,7 +243,17 @@ int main(int argc, char **argv) {
     if (strcmp(chain, "after-capture") == 0)
         for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
             sample_install_handler_after_capture(signals[i]);
-    if (strcmp(kind, "heap-corrupt") == 0) {
+    if (strcmp(kind, "notes-then-segv") == 0) {
+        // Context, breadcrumbs and an attached log (CRASH_SAMPLE_LOG), then a crash.
+        const char *log = getenv("CRASH_SAMPLE_LOG");
+        if (crashcapture_set_context("order_id", "A-17") != 0 || crashcapture_set_context("gone", "x") != 0 ||
+            crashcapture_set_context("gone", NULL) != 0 || crashcapture_add_breadcrumb("opened cart") != 0 ||
+            crashcapture_add_breadcrumb("paid") != 0 || (log != NULL && crashcapture_attach_file(log, 1000) != 0)) {
+            fprintf(stderr, "notes refused: %s\n", crashcapture_last_error());
+            return 70;
+        }
+        kind = "null-read";
+    } else if (strcmp(kind, "heap-corrupt") == 0) {
         sample_corrupt_heap();
         kind = "null-read";
     } else if (strcmp(kind, "malloc-lock") == 0) {

@@ -104,6 +104,29 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         trackUntilKilled()
     case "pipeline-burst":
         trackBurst(count)
+    case "pipeline-notes-crash":
+        // Context, breadcrumbs and an attached log (CRASH_SAMPLE_LOG) among tracked events,
+        // then a crash.
+        do {
+            try CrashCapture.setContext("order_id", "A-17")
+            try CrashCapture.setContext("tier", .int(3))
+            try CrashCapture.setContext("gone", "x")
+            try CrashCapture.setContext("gone", nil)
+            if let log = ProcessInfo.processInfo.environment["CRASH_SAMPLE_LOG"] {
+                try CrashCapture.attachFile(log, maxBytes: 1000)
+            }
+        } catch {
+            fail("notes refused: \(error)")
+        }
+        // A few milliseconds apart: the report puts events and breadcrumbs in time order.
+        try! CrashCapture.track("before_cart")
+        usleep(5000)
+        CrashCapture.addBreadcrumb("opened cart")
+        usleep(5000)
+        try! CrashCapture.track("after_cart")
+        usleep(5000)
+        CrashCapture.addBreadcrumb("paid")
+        _ = crashSwiftNullRead()
     case "pipeline-install-twice":
         // The crash file's path (absolute, whatever CRASHCAPTURE_DIR was), then a second install
         // with another directory, which must be refused.
@@ -239,7 +262,8 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-oom",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
+            "pipeline-oom",
             "pipeline-fork",
         ]
     var index: Int32 = 0
@@ -327,7 +351,9 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
     var upload = UploadOptions()
     // Tests shorten the retry and exit delays; the defaults are the product's.
     if let base = environment["CRASH_SAMPLE_RETRY_BASE"].flatMap(Double.init) { upload.retryBaseDelay = .seconds(base) }
-    if let exit = environment["CRASH_SAMPLE_EXIT_FLUSH"].flatMap(Double.init) { upload.exitFlushTimeout = .seconds(exit) }
+    if let exit = environment["CRASH_SAMPLE_EXIT_FLUSH"].flatMap(Double.init) {
+        upload.exitFlushTimeout = .seconds(exit)
+    }
     if let timeout = environment["CRASH_SAMPLE_REQUEST_TIMEOUT"].flatMap(Double.init) {
         upload.requestTimeout = .seconds(timeout)
     }

@@ -27,6 +27,8 @@
 // process's disk, with the 1 MiB journal, under 2 MiB. A larger report that finds no room past
 // it is built again to fit (CC_SMALLEST_REPORT_ROOM at least: the crashing thread whole).
 #define CC_DEFAULT_RESERVED_BYTES (960 * 1024)
+#define CC_MAX_ATTACHMENTS 4
+#define CC_ATTACHMENT_MAX_BYTES 65536
 #define CC_SMALLEST_REPORT_ROOM (32 * 1024)
 #define CC_MAX_THREADS 512       // other threads captured at most; the rest are counted
 #define CC_THREAD_FRAMES 128     // frames per other thread
@@ -104,6 +106,13 @@ typedef struct cc_state {
     char cgroup_limit_file[PATH_MAX];  // the memory cgroup's limit and usage files; "" outside one
     char cgroup_usage_file[PATH_MAX];
     char directory[PATH_MAX];
+    // Files whose tails go into a report (crashcapture_attach_file); `attachment_count` is
+    // published after the slot is filled, so the crash path reads only whole entries.
+    struct {
+        char path[PATH_MAX];
+        size_t max_bytes;
+    } attachments[CC_MAX_ATTACHMENTS];
+    _Atomic int attachment_count;
     char app_name[256];
     char app_version[256];
     char file_path[PATH_MAX];
@@ -210,6 +219,13 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
 void cc_session_file_detach_in_child(void);
 void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);
+// The session file's notes area (context, breadcrumbs), or NULL when there is none.
+char *cc_session_notes(void);
+// Sets crashcapture_last_error() from a printf format; returns -1.
+int cc_fail(const char *format, ...) __attribute__((format(printf, 1, 2)));
+uint32_t cc_journal_crc32c(uint32_t crc, const void *data, size_t n);
+// Writes the context set so far into a new session file's notes.
+void cc_notes_session_created(void);
 
 // signal_safe/thread_capture.c: the other threads' contexts, at crash time.
 enum {

@@ -48,6 +48,8 @@ package struct SessionFile: Sendable {
     package var crashNotKept: (signal: Int32, code: Int32, wallMilliseconds: Int64)?
     /// The ring's size in bytes; 0 without a journal.
     package var ringSize: UInt64
+    /// Where the notes area (context, breadcrumbs) lies in the header; nil in older files.
+    package var notesArea: (offset: Int, size: Int)? = nil
     /// Borrowed from the caller, who keeps it open while entries are read.
     let fd: Int32
     let path: String
@@ -129,16 +131,20 @@ package struct SessionFile: Sendable {
         else {
             throw CrashCaptureError.corrupt("session file context is not the JSON object it should be", path: path)
         }
+        let notesOffset = Int(u32(CCF_SESSION_AT_NOTES_OFFSET))
+        let notesSize = Int(u32(CCF_SESSION_AT_NOTES_SIZE))
         if !sane {
-            // What the writer lays out: the header rounded up to a page, then the ring to the end.
+            // What the writer lays out: the header (with its notes) rounded up to a page, then
+            // the ring to the end.
             let page = Int(CCF_SESSION_PAGE)
-            headerSize = (fixedSize + contextSize + page - 1) / page * page
+            let notesEnd = notesOffset > 0 ? (fixedSize + contextSize + 7) / 8 * 8 + SessionNotes.areaSize : 0
+            headerSize = (max(fixedSize + contextSize, notesEnd) + page - 1) / page * page
             var info = stat()
             let fileSize = fstat(fd, &info) == 0 ? Int(info.st_size) : headerSize
             ringSize = UInt64(max(0, fileSize - headerSize)) & ~7
         }
         let oom = u64(CCF_SESSION_AT_OOM_KILLS)
-        return SessionFile(
+        var file = SessionFile(
             sessionID: sessionID, lifecycle: Lifecycle(rawValue: u32(CCF_SESSION_AT_LIFECYCLE)) ?? .none,
             startWallMilliseconds: Int64(bitPattern: u64(CCF_SESSION_AT_START_WALL_MS)),
             startMonotonicNanoseconds: Int64(bitPattern: u64(CCF_SESSION_AT_START_MONO_NS)),
@@ -160,6 +166,12 @@ package struct SessionFile: Sendable {
                     Int64(bitPattern: u64(CCF_SESSION_AT_NOT_KEPT_WALL_MS))
                 ), ringSize: ringSize, fd: fd,
             path: path, headerSize: headerSize)
+        if notesOffset >= fixedSize + contextSize, notesSize == SessionNotes.areaSize,
+            notesOffset + notesSize <= headerSize
+        {
+            file.notesArea = (notesOffset, notesSize)
+        }
+        return file
     }
 
     /// The crash file's bytes kept in this file, read through the open descriptor; no more
@@ -174,7 +186,7 @@ package struct SessionFile: Sendable {
         return try Self.readExactly(fd: fd, offset: Int(kept.offset), count: Int(kept.size), path: path)
     }
 
-    private static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
+    static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
         guard count > 0 else { return [] }
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0

@@ -98,6 +98,7 @@ enum ReportRendering {
         lines += threadLines(
             report, symbolicator: symbolicator, options: options, style: style, shownModules: &shownModules)
         lines += processLines(report, style: style)
+        lines += attachmentLines(report, style: style)
         if options.memory { lines += memoryLines(report, style: style) }
         lines.append(style.bold("modules") + ":")
         for (index, module) in report.modules.enumerated() where shownModules.contains(index) {
@@ -110,6 +111,27 @@ enum ReportRendering {
             lines.append(style.dim("(more with \(more.joined(separator: " and ")), or --json)"))
         }
         return lines.map(style.terminalSafe).joined(separator: "\n")
+    }
+
+    /// The last lines of each attached file (`--json` has all that was copied).
+    static func attachmentLines(_ report: CrashReport, style: TextStyle) -> [String] {
+        guard let attachments = (report.crashed?["crash"] as? [String: Any])?["attachments"] as? [[String: Any]],
+            !attachments.isEmpty
+        else { return [] }
+        var lines = [style.bold("attachments") + ":"]
+        for attachment in attachments {
+            let path = attachment["path"] as? String ?? "?"
+            if let error = attachment["error"] as? String {
+                lines.append("  \(path)  " + style.dim("(\(error))"))
+                continue
+            }
+            let data = (attachment["base64"] as? String).flatMap { Data(base64Encoded: $0) } ?? Data()
+            let text = String(decoding: data, as: UTF8.self)
+            let tail = text.split(separator: "\n", omittingEmptySubsequences: false).suffix(6).drop { $0.isEmpty }
+            lines.append("  \(path)  " + style.dim("(last \(data.count) bytes, the last lines:)"))
+            lines += tail.filter { !$0.isEmpty }.map { "    " + $0 }
+        }
+        return lines
     }
 
     /// A frame of libc, the loader, a runtime or CrashCapture, or the program's `_start`.

@@ -36,9 +36,10 @@ typedef struct crashcapture_property {
 } crashcapture_property;
 
 typedef struct crashcapture_config {
-    /// Where crash files and the distinct id live. Created 0700 if missing, and made 0700 if
-    /// others could read it; a symlink, a directory writable by everyone, or one owned by
-    /// another user is refused.
+    /// Where crash files and the distinct id live. Created 0700 if missing (its parent must
+    /// exist), and made 0700 if others could read it; a symlink, a directory writable by
+    /// everyone, or one owned by another user is refused. A relative path is made absolute
+    /// against the working directory at install.
     const char *directory;
     const char *app_name;
     const char *app_version;
@@ -49,8 +50,8 @@ typedef struct crashcapture_config {
     /// For language bindings that validate typed values themselves: the members of a JSON
     /// object (`"k":1,"s":"v"`, no braces), appended after `properties`. NULL for none.
     const char *prevalidated_properties_json;
-    /// Bytes reserved on disk for the crash report at install. 0: the default (2 MiB + 80 KiB,
-    /// the largest report: every thread's stack and registers).
+    /// Bytes reserved on disk for the crash report at install. 0: the default (960 KiB, which
+    /// holds most reports whole; a larger one that finds no room past it is made to fit).
     size_t reserved_bytes;
     /// Nonzero: no line on stderr at a crash. By default one line (signal, code, fault address,
     /// thread, top frame, the report's path) is written there, so that container logs show the
@@ -68,7 +69,8 @@ typedef struct crashcapture_config {
 } crashcapture_config;
 
 /// Installs the handlers. Returns 0, or -1 with crashcapture_last_error() set; a second
-/// call while installed returns 0 and changes nothing.
+/// call while installed returns 0 and changes nothing with the same directory, and fails with
+/// another one.
 CRASHCAPTURE_API int crashcapture_install(const crashcapture_config *config);
 
 /// Restores the signal dispositions we replaced (unless someone replaced ours since), the
@@ -76,6 +78,22 @@ CRASHCAPTURE_API int crashcapture_install(const crashcapture_config *config);
 CRASHCAPTURE_API void crashcapture_uninstall(void);
 
 CRASHCAPTURE_API int crashcapture_is_installed(void);
+
+/// Context for the report of a crash: `key` (the rules of a property key) set to the text
+/// `value`, or removed with NULL. Kept in the session file as it changes, so a crash costs
+/// nothing more; a replayed $AppCrashed carries them as `crash_context`. 0, or -1 with
+/// crashcapture_last_error() set (not installed, a bad key, more than 4 KiB of context).
+CRASHCAPTURE_API int crashcapture_set_context(const char *key, const char *value);
+
+/// A breadcrumb for the report of a crash: a line of text (at most 232 bytes are kept) with
+/// the time. The last 64 are kept in the session file; a replayed $AppCrashed lists them
+/// among `crash_breadcrumbs`, in time order with the last events. 0, or -1 if not installed.
+CRASHCAPTURE_API int crashcapture_add_breadcrumb(const char *message);
+
+/// At a crash, the last `max_bytes` (at most 65536) of the file at `path` (a log file, say)
+/// are copied into the report (`attachments`). Up to 4 files; the file is opened only at the
+/// crash, so it may be rotated or appear later. 0, or -1 with crashcapture_last_error() set.
+CRASHCAPTURE_API int crashcapture_attach_file(const char *path, size_t max_bytes);
 
 /// Text of the last failure of crashcapture_install, for this process.
 CRASHCAPTURE_API const char *crashcapture_last_error(void);

@@ -63,6 +63,10 @@ int crashcapture_journal_is_persistent(crashcapture_journal *journal);
 /// track() does not wait for the kernel to do it; the writer calls it as the ring fills.
 void crashcapture_journal_prefault(crashcapture_journal *journal, size_t ahead);
 
+/// crashcapture_set_context with the value already JSON (a number, a list...), for the SDK,
+/// which validates typed values itself. NULL removes the key.
+int crashcapture_set_context_json(const char *key, const char *value_json);
+
 /// The session file's path, or NULL.
 const char *crashcapture_session_file_path(void);
 /// Removes the session file after a clean end whose $AppEnd is in the store.

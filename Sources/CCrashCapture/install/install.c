@@ -73,7 +73,7 @@ size_t crashcapture_test_install_steps(char *out, size_t capacity) {
     return b.overflow ? 0 : b.len;
 }
 
-static int cc_fail(const char *format, ...) {
+int cc_fail(const char *format, ...) {
     va_list args;
     va_start(args, format);
     vsnprintf(cc_last_error, sizeof(cc_last_error), format, args);

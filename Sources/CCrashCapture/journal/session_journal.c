@@ -39,6 +39,7 @@ typedef struct cc_session_file {
     char *header;        // the mapped header page(s)
     size_t header_size;
     char *ring;          // in the file's mapping, or anonymous memory when the file has no ring
+    char *notes;         // the notes area, in the header's mapping
     uint64_t ring_size;
     bool ring_in_file;
     bool sdk;            // created by crashcapture_install_sdk: the SDK retires it after its $AppEnd
@@ -325,7 +326,9 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append(&b, cc_global.static_props, cc_global.static_props_len);
     cc_buf_append_str(&b, "}}");
     if (b.overflow) return EOVERFLOW;
-    size_t header_size = (CCF_SESSION_FIXED_SIZE + b.len + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
+    // The notes area (context, breadcrumbs) follows the context JSON, inside the header.
+    size_t notes_offset = (CCF_SESSION_FIXED_SIZE + b.len + 7) & ~(size_t)7;
+    size_t header_size = (notes_offset + CCF_NOTES_SIZE + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
     uint64_t wanted = ((uint64_t)journal_bytes + 7) & ~(uint64_t)7;
     if (wanted > CCF_SESSION_MAXIMUM_RING) wanted = CCF_SESSION_MAXIMUM_RING;
     uint64_t ring_in_file = cc_ring_size_within_limits(header_size, wanted);
@@ -344,6 +347,8 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_put_u64(header + CCF_SESSION_AT_ALIVE_MONO_NS, (uint64_t)cc_global.start_mono_ns);
     cc_put_u64(header + CCF_SESSION_AT_OOM_KILLS, oom_kills);
     cc_put_u32(header + CCF_SESSION_AT_CONTEXT_SIZE, (uint32_t)b.len);
+    cc_put_u32(header + CCF_SESSION_AT_NOTES_OFFSET, (uint32_t)notes_offset);
+    cc_put_u32(header + CCF_SESSION_AT_NOTES_SIZE, CCF_NOTES_SIZE);
     memcpy(header + CCF_SESSION_AT_SESSION_ID, cc_global.session_id, 32);
     char boot_id[64];
     size_t boot_len = cc_read_small_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
@@ -371,6 +376,13 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     // back when it is first written (disk full) would raise SIGBUS in track().
     *step = "reserving space for the journal";
     if (ring_in_file > 0 && posix_fallocate(fd, 0, (off_t)(header_size + ring_in_file)) != 0) ring_in_file = 0;
+    // The notes are written through the mapping: their pages must exist in the file, or a
+    // store to them would raise SIGBUS. Without a ring, the header alone is allocated.
+    if (ring_in_file == 0 && posix_fallocate(fd, 0, (off_t)header_size) != 0) {
+        close(fd);
+        unlinkat(cc_global.dir_fd, temporary, 0);
+        return ENOSPC;
+    }
     cc_put_u64(header + CCF_SESSION_AT_RING_SIZE, ring_in_file);
     // One write of the fixed header and the context; without a ring the file may end there
     // (a reader takes what is missing of the header page as zeros, and the mapping's last page
@@ -399,6 +411,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     // A forked child must never write into its parent's journal: it does not even inherit it.
     madvise(mapped, header_size + ring_in_file, MADV_DONTFORK);
     cc_session.fd = fd;
+    cc_session.notes = mapped + notes_offset;
     cc_session.header = mapped;
     cc_session.header_size = header_size;
     cc_session.sdk = sdk;
@@ -421,6 +434,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_global.session_crash_offset = header_size + ring_in_file;
     cc_note_file(fd, &cc_global.session_dev, &cc_global.session_ino);
     atomic_store(&cc_global.session_fd, fd);
+    cc_notes_session_created();
     return 0;
 }
 
@@ -464,6 +478,15 @@ void cc_session_file_close(bool remove) {
 }
 
 bool cc_session_file_is_sdk(void) { return cc_session.sdk; }
+
+char *cc_session_notes(void) {
+    return cc_session.header != NULL && !atomic_load(&cc_session.detached) ? cc_session.notes : NULL;
+}
+
+uint32_t cc_journal_crc32c(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&cc_crc32c_once, cc_crc32c_init);
+    return cc_crc32c(crc, data, n);
+}
 
 const char *crashcapture_session_file_path(void) { return cc_session.header != NULL ? cc_session.path : NULL; }
 

@@ -98,6 +98,13 @@ size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c);
 size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
                        int64_t publish_ns, int sync_ok, bool named_before_sync, bool directory_flushed);
 
+// MARK: process_state.c, attachments.c
+
+void cc_append_base64(cc_buf *b, const unsigned char *data, size_t n);
+// The tails of the files crashcapture_attach_file named, read now, base64: stops short of
+// `limit` bytes of report.
+void cc_append_attachments(cc_buf *b, size_t limit);
+
 // MARK: report_file.c
 
 // Writes the framed records `out[0, total)` where they belong, makes them durable, and appends

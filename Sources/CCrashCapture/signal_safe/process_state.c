@@ -283,7 +283,7 @@ void cc_append_process_state(cc_buf *b, int thread_count) {
 
 static const char cc_base64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static void cc_append_base64(cc_buf *b, const unsigned char *data, size_t n) {
+void cc_append_base64(cc_buf *b, const unsigned char *data, size_t n) {
     for (size_t i = 0; i < n; i += 3) {
         uint32_t chunk = (uint32_t)data[i] << 16;
         if (i + 1 < n) chunk |= (uint32_t)data[i + 1] << 8;

@@ -312,6 +312,7 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     // A fault address means something only for faults the hardware raised.
     bool has_fault = c->info->si_code > 0 && (c->signo == SIGSEGV || c->signo == SIGBUS);
     cc_append_memory(b, r.sp, r.pc, (uintptr_t)c->info->si_addr, has_fault);
+    cc_append_attachments(b, limit);
     cc_append_process_state(b, cc_threads_total_count());
     cc_append_threads(b, c, limit);
     cc_buf_append_str(b, "}");

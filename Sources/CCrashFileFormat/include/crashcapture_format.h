@@ -89,7 +89,26 @@ enum ccf_session_offset {
     CCF_SESSION_AT_NOT_KEPT_SIGNAL = 216,  // i32, 0: none
     CCF_SESSION_AT_NOT_KEPT_CODE = 220,    // i32
     CCF_SESSION_AT_NOT_KEPT_WALL_MS = 224, // i64
+    // The notes area: the app's context and breadcrumbs, written in place while it runs, so
+    // that a replayed crash carries them at no cost to the crash path. 0: none (older files).
+    CCF_SESSION_AT_NOTES_OFFSET = 232,     // u32, a multiple of 8 inside the header
+    CCF_SESSION_AT_NOTES_SIZE = 236,       // u32
 };
+
+/// The notes area: CCF_NOTES_CONTEXT_SLOTS context slots, then CCF_NOTES_BREADCRUMB_SLOTS
+/// breadcrumb slots. A context slot: u64 sequence (stored last), u32 length, u32 CRC-32C of
+/// the sequence and the text, then the context as one JSON object; a writer fills the slot
+/// with the lower sequence, so the one with the higher valid sequence is the latest. A
+/// breadcrumb slot: u64 sequence (stored last; slot = (sequence - 1) % slots), u32 length,
+/// u32 CRC-32C of the sequence, the time and the text, i64 wall-clock ms, then UTF-8 text.
+#define CCF_NOTES_CONTEXT_SLOTS 2
+#define CCF_NOTES_CONTEXT_SLOT_SIZE 4096
+#define CCF_NOTES_BREADCRUMB_SLOTS 64
+#define CCF_NOTES_BREADCRUMB_SLOT_SIZE 256
+#define CCF_NOTES_SLOT_HEADER_SIZE 16
+#define CCF_NOTES_BREADCRUMB_TEXT_AT 24
+#define CCF_NOTES_SIZE \
+    (CCF_NOTES_CONTEXT_SLOTS * CCF_NOTES_CONTEXT_SLOT_SIZE + CCF_NOTES_BREADCRUMB_SLOTS * CCF_NOTES_BREADCRUMB_SLOT_SIZE)
 
 enum ccf_session_lifecycle {
     CCF_LIFECYCLE_NONE = 0,      // no lifecycle events for this session

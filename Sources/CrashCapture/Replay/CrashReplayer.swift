@@ -115,9 +115,10 @@ package struct CrashReplayer: Sendable {
         return results
     }
 
-    /// `breadcrumbs`: the session's last events, from its journal, for the $AppCrashed.
-    package func replay(_ path: String, breadcrumbs: [String] = []) -> FileResult {
-        store([prepare(path, breadcrumbs: breadcrumbs)])[0]
+    /// `breadcrumbs`: the session's last events and breadcrumbs, from its session file, for the
+    /// $AppCrashed; `contextJSON`: the context the app set (one JSON object), from the same.
+    package func replay(_ path: String, breadcrumbs: [String] = [], contextJSON: String? = nil) -> FileResult {
+        store([prepare(path, breadcrumbs: breadcrumbs, contextJSON: contextJSON)])[0]
     }
 
     /// A crash file read, checked and symbolicated, its events not yet stored. Its descriptor,
@@ -155,7 +156,7 @@ package struct CrashReplayer: Sendable {
         return slots.map { $0! }
     }
 
-    func prepare(_ path: String, breadcrumbs: [String]) -> PreparedFile {
+    func prepare(_ path: String, breadcrumbs: [String], contextJSON: String? = nil) -> PreparedFile {
         let name = (path as NSString).lastPathComponent
         var prepared = PreparedFile(result: FileResult(path: path, outcome: .imported), name: name)
         // One descriptor, locked for the whole import: a named crash file still locked belongs to
@@ -205,7 +206,8 @@ package struct CrashReplayer: Sendable {
                 prepared.events.append((id, event))
                 continue
             }
-            prepared.events.append((id, enrich(event, report: report, breadcrumbs: breadcrumbs)))
+            prepared.events.append(
+                (id, enrich(event, report: report, breadcrumbs: breadcrumbs, contextJSON: contextJSON)))
         }
         return prepared
     }
@@ -305,7 +307,9 @@ package struct CrashReplayer: Sendable {
     }
 
     /// Symbolicated frames into the event: names on each frame, and a readable reason.
-    func enrich(_ event: [String: Any], report: CrashReport, breadcrumbs: [String] = []) -> [String: Any] {
+    func enrich(_ event: [String: Any], report: CrashReport, breadcrumbs: [String] = [], contextJSON: String? = nil)
+        -> [String: Any]
+    {
         var event = event
         let symbols = symbolicator.symbolicate(report)
         var crash = event["crash"] as? [String: Any] ?? [:]
@@ -320,6 +324,18 @@ package struct CrashReplayer: Sendable {
             if let line = symbol.line { frames[index]["line"] = line }
         }
         crash["frames"] = frames
+        // The attached files' tails, as text for the analyst instead of the crash path's base64.
+        if let attachments = crash["attachments"] as? [[String: Any]] {
+            crash["attachments"] = attachments.map { attachment -> [String: Any] in
+                var attachment = attachment
+                if let encoded = attachment.removeValue(forKey: "base64") as? String,
+                    let data = Data(base64Encoded: encoded)
+                {
+                    attachment["text"] = String(decoding: data, as: UTF8.self)
+                }
+                return attachment
+            }
+        }
         // Every other thread's frames, named the same way: an analyst reading the event sees a
         // deadlock without the crash file.
         if var threads = crash["threads"] as? [[String: Any]] {
@@ -344,6 +360,9 @@ package struct CrashReplayer: Sendable {
             signal: signal, symbols: symbols, frames: report.frames)
         properties["crash_title"] = CrashFingerprint.title(signal: signal, symbols: symbols, frames: report.frames)
         if !breadcrumbs.isEmpty { properties["crash_breadcrumbs"] = breadcrumbs }
+        if let context = contextJSON.flatMap({ JSONTree.object(Array($0.utf8)) }), !context.isEmpty {
+            properties["crash_context"] = context
+        }
         if let type = report.exceptionType {
             properties["crash_exception_type_demangled"] = Demangler.demangleCxxType(type)
         }

@@ -272,8 +272,10 @@ package struct SessionRecovery: Sendable {
             }
         }
         if replayer.folder?.contains(crashName) == true {
-            let breadcrumbs = Self.breadcrumbs(lastEvents)
-            result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs)
+            // A notes area that cannot be read costs the crash its context, nothing else.
+            let notes = (try? session.notes()) ?? SessionNotes()
+            let breadcrumbs = Self.breadcrumbs(lastEvents, notes: notes)
+            result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs, contextJSON: notes.contextJSON)
         }
         if result.crashFile == nil, let notKept = session.crashNotKept,
             try !store.hasRemembered(sessionID + "-crash")
@@ -325,6 +327,20 @@ package struct SessionRecovery: Sendable {
             return ""
         }
         return String(contextText[range.upperBound..<contextText.index(contextText.endIndex, offsetBy: -2)])
+    }
+
+    /// The session's last events and the app's breadcrumbs, in time order, the last
+    /// `breadcrumbCount`: an event as below, a breadcrumb as `{"breadcrumb":TEXT,"time":MS}`.
+    static func breadcrumbs(_ entries: [SessionFile.Entry], notes: SessionNotes) -> [String] {
+        let events = breadcrumbs(entries).map { text in
+            ((JSONTree.object(text.utf8)?["time"] as? NSNumber)?.int64Value ?? 0, text)
+        }
+        let crumbs = notes.breadcrumbs.map { crumb in
+            (crumb.wallMilliseconds, JSONTree.encode(["breadcrumb": crumb.text, "time": crumb.wallMilliseconds]))
+        }
+        // By time; at the same millisecond, in the order each list had.
+        let merged = (events + crumbs).enumerated().sorted { ($0.element.0, $0.offset) < ($1.element.0, $1.offset) }
+        return merged.suffix(breadcrumbCount).map(\.element.1)
     }
 
     /// The last events of the session, oldest first, each a short JSON text: name, time and its

@@ -1,0 +1,100 @@
+import CrashCapture
+import CrashFileFormat
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Context, breadcrumbs and attached files: set while the app runs, kept in the session file
+/// (or read at the crash, for a file's tail), and in the replayed $AppCrashed.
+@Suite struct CrashNotesTests {
+    func crashedEvent(_ directory: String) throws -> [String: Any] {
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+        #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        let store = try EventStore(path: directory + "/events.sqlite")
+        let events = try store.events(limit: 1000).compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+        }
+        return try #require(events.first { $0["event"] as? String == "$AppCrashed" })
+    }
+
+    func writeLog(_ directory: String) throws -> (path: String, tail: String) {
+        let path = directory + "/../app.log"
+        let text = (0..<300).map { String(format: "line %04d\n", $0) }.joined()
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return (path, String(text.suffix(1000)))
+    }
+
+    func expectNotes(_ crashed: [String: Any], log tail: String, context expected: [String: AnyHashable]) throws {
+        let properties = try #require(crashed["properties"] as? [String: Any])
+        let context = try #require(properties["crash_context"] as? [String: Any], "\(properties.keys.sorted())")
+        #expect(context.count == expected.count, "\(context)")
+        for (key, value) in expected { #expect(context[key] as? AnyHashable == value, "\(key): \(context)") }
+        let crumbs = try #require(properties["crash_breadcrumbs"] as? [String]).compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let said = crumbs.compactMap { $0["breadcrumb"] as? String }
+        #expect(said == ["opened cart", "paid"], "\(crumbs)")
+        let crash = try #require(crashed["crash"] as? [String: Any])
+        let attachment = try #require((crash["attachments"] as? [[String: Any]])?.first)
+        #expect(attachment["text"] as? String == tail)
+        #expect((attachment["bytes"] as? NSNumber)?.intValue == 1000)
+        #expect((attachment["offset"] as? NSNumber)?.intValue == 2000)
+        #expect(attachment["base64"] == nil, "the replay turned it into text")
+    }
+
+    @Test func theSwiftSDKsNotesReachTheReplayedCrash() throws {
+        let directory = makeTemporaryDirectory("notes-swift")
+        let log = try writeLog(directory)
+        let crashed = try run(
+            Paths.swiftSample, ["pipeline-notes-crash"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_LOG": log.path, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
+        let event = try crashedEvent(directory)
+        try expectNotes(event, log: log.tail, context: ["order_id": "A-17", "tier": 3])
+        // Events and breadcrumbs in the order they happened.
+        let crumbs = try #require((event["properties"] as? [String: Any])?["crash_breadcrumbs"] as? [String])
+        let order = crumbs.compactMap { text -> String? in
+            let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+            return object?["breadcrumb"] as? String ?? object?["event"] as? String
+        }
+        #expect(
+            order.suffix(4) == ["before_cart", "opened cart", "after_cart", "paid"], "\(order)")
+    }
+
+    @Test func theCAPIsNotesReachTheReplayedCrash() throws {
+        let directory = makeTemporaryDirectory("notes-c")
+        let log = try writeLog(directory)
+        let crashed = try run(
+            Paths.cSample, ["notes-then-segv"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_LOG": log.path, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
+        try expectNotes(try crashedEvent(directory), log: log.tail, context: ["order_id": "A-17"])
+    }
+
+    @Test func badNotesAreClearErrors() {
+        do {
+            try CrashCapture.setContext("1st", "x")
+            Issue.record("a bad key was accepted")
+        } catch {
+            #expect(error.kind == .invalidArgument)
+        }
+        do {
+            try CrashCapture.setContext("fine", "x")
+            Issue.record("set before install")
+        } catch {
+            #expect(error.kind == .notInstalled)
+        }
+        do {
+            try CrashCapture.attachFile("/var/log/x.log", maxBytes: 1 << 20)
+            Issue.record("an attachment of 1 MiB was accepted")
+        } catch {
+            #expect(error.kind == .invalidArgument && error.message.contains("max_bytes"))
+        }
+    }
+}
