@@ -127,6 +127,16 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         usleep(5000)
         CrashCapture.addBreadcrumb("paid")
         _ = crashSwiftNullRead()
+    case "pipeline-last-run":
+        // How the previous run ended, as one JSON line; then a crash when asked.
+        let last = CrashCapture.lastRun
+        let object: [String: Any] = [
+            "crashed": last?.crashed ?? false, "signal": last?.signal ?? "", "title": last?.title ?? "",
+            "consecutive": last?.consecutiveCrashes ?? -1,
+        ]
+        let line = try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+        FileHandle.standardOutput.write(line + Data("\n".utf8))
+        if ProcessInfo.processInfo.environment["CRASH_SAMPLE_CRASH_AFTER"] != nil { _ = crashSwiftNullRead() }
     case "pipeline-install-twice":
         // The crash file's path (absolute, whatever CRASHCAPTURE_DIR was), then a second install
         // with another directory, which must be refused.
@@ -263,6 +273,7 @@ func allKinds() -> [String] {
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
+            "pipeline-last-run",
             "pipeline-oom",
             "pipeline-fork",
         ]

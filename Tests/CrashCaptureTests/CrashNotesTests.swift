@@ -97,4 +97,32 @@ import Testing
             #expect(error.kind == .invalidArgument && error.message.contains("max_bytes"))
         }
     }
+
+    /// `CrashCapture.lastRun`, right after install: whether the previous run crashed, with what,
+    /// and how many crashes in a row, over five starts in one directory.
+    @Test func lastRunSaysHowThePreviousRunEnded() throws {
+        let directory = makeTemporaryDirectory("last-run")
+        func start(crashing: Bool) throws -> [String: Any] {
+            var environment = [
+                "CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_EVENTS": "0",
+            ]
+            if crashing { environment["CRASH_SAMPLE_CRASH_AFTER"] = "1" }
+            let result = try run(Paths.swiftSample, ["pipeline-last-run"], environment: environment, timeout: 30)
+            #expect(crashing ? result.signal == SIGSEGV : result.exitCode == 0, "\(result.stderr)")
+            let line = try #require(result.stdout.split(separator: "\n").first.map(String.init), "\(result.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        }
+        let first = try start(crashing: false)
+        #expect(first["crashed"] as? Bool == false && first["consecutive"] as? Int == 0)
+        let second = try start(crashing: true)
+        #expect(second["crashed"] as? Bool == false, "\(second)")
+        let third = try start(crashing: true)
+        #expect(third["crashed"] as? Bool == true && third["consecutive"] as? Int == 1, "\(third)")
+        #expect(third["signal"] as? String == "SIGSEGV")
+        #expect((third["title"] as? String)?.hasPrefix("SIGSEGV") == true, "\(third)")
+        let fourth = try start(crashing: false)
+        #expect(fourth["crashed"] as? Bool == true && fourth["consecutive"] as? Int == 2, "\(fourth)")
+        let fifth = try start(crashing: false)
+        #expect(fifth["crashed"] as? Bool == false && fifth["consecutive"] as? Int == 0, "\(fifth)")
+    }
 }

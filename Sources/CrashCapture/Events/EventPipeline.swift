@@ -392,6 +392,9 @@ final class EventPipeline: @unchecked Sendable {
         } else {
             flushToStore()
         }
+        if let directory = CrashCapture.state.withLock({ CrashCapture.state.directory }) {
+            CrashCapture.noteCleanEnd(directory: directory)
+        }
         if journalIsEmpty {
             crashcapture_session_retire()
             try? store.forgetJournal(session: identity.sessionID)

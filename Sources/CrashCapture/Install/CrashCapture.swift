@@ -349,6 +349,7 @@ extension CrashCapture {
         var directory: String?
         var anonymousID: String?
         var terminationSource: DispatchSourceRead?
+        var lastRun = LastRun(crashed: false, consecutiveCrashes: 0)
 
         func withLock<T>(_ body: () throws -> T) rethrows -> T {
             lock.lock()
@@ -412,6 +413,7 @@ extension CrashCapture {
             store: store, identity: identity, uploader: uploader, journal: journal,
             tracksLifecycle: configuration.trackLifecycle, fullJournalWait: configuration.fullJournalWait)
         state.directory = directory
+        state.lastRun = determineLastRun(directory: directory, store: store, ownSessionID: identity.sessionID)
         for name in ["login_id", "distinct_id"] { PrivateFiles.tighten(directory + "/" + name) }
         state.anonymousID = String(cString: crashcapture_distinct_id())
         if let saved = PrivateFiles.readSmall(directory + "/login_id").map({ String(decoding: $0, as: UTF8.self) }),
