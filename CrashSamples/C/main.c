@@ -243,7 +243,26 @@ int main(int argc, char **argv) {
     if (strcmp(chain, "after-capture") == 0)
         for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
             sample_install_handler_after_capture(signals[i]);
-    if (strcmp(kind, "notes-then-segv") == 0) {
+    if (strcmp(kind, "track-then-exit") == 0 || strcmp(kind, "track-then-segv") == 0) {
+        // Three events through the C API; a bad name refused; then exit(0) or a crash.
+        for (int i = 0; i < 3; i++) {
+            char index[8];
+            snprintf(index, sizeof(index), "%d", i);
+            crashcapture_property properties[] = {{"index", index}, {"screen", "checkout"}};
+            if (crashcapture_track("c_event", properties, 2) != 0) {
+                fprintf(stderr, "track refused: %s\n", crashcapture_last_error());
+                return 70;
+            }
+        }
+        if (crashcapture_track("9 bad name", NULL, 0) == 0) {
+            fprintf(stderr, "a bad event name was accepted\n");
+            return 70;
+        }
+        printf("bad name: %s\n", crashcapture_last_error());
+        fflush(stdout);
+        if (strcmp(kind, "track-then-exit") == 0) return 0;
+        kind = "null-read";
+    } else if (strcmp(kind, "notes-then-segv") == 0) {
         // Context, breadcrumbs and an attached log (CRASH_SAMPLE_LOG), then a crash.
         const char *log = getenv("CRASH_SAMPLE_LOG");
         if (crashcapture_set_context("order_id", "A-17") != 0 || crashcapture_set_context("gone", "x") != 0 ||

@@ -221,6 +221,12 @@ void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);
 // The session file's notes area (context, breadcrumbs), or NULL when there is none.
 char *cc_session_notes(void);
+// A property key by the Sensors rules (0), or -1 with the error set; UTF-8 validity.
+int cc_check_key(const char *key);
+bool cc_valid_utf8(const char *s);
+// The session's journal, its ring made in the session file on first use for a session made
+// without one (the C API's): NULL when there is no session or no room.
+struct crashcapture_journal *cc_session_journal_for_events(void);
 // Sets crashcapture_last_error() from a printf format; returns -1.
 int cc_fail(const char *format, ...) __attribute__((format(printf, 1, 2)));
 uint32_t cc_journal_crc32c(uint32_t crc, const void *data, size_t n);

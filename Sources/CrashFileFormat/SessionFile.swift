@@ -48,6 +48,8 @@ package struct SessionFile: Sendable {
     package var crashNotKept: (signal: Int32, code: Int32, wallMilliseconds: Int64)?
     /// The ring's size in bytes; 0 without a journal.
     package var ringSize: UInt64
+    /// When a C session that left events in its journal ended normally; nil: it did not.
+    package var cleanEndWallMilliseconds: Int64? = nil
     /// Where the notes area (context, breadcrumbs) lies in the header; nil in older files.
     package var notesArea: (offset: Int, size: Int)? = nil
     /// Borrowed from the caller, who keeps it open while entries are read.
@@ -171,6 +173,8 @@ package struct SessionFile: Sendable {
         {
             file.notesArea = (notesOffset, notesSize)
         }
+        let cleanEnd = Int64(bitPattern: u64(CCF_SESSION_AT_CLEAN_END_WALL_MS))
+        if cleanEnd > 0 { file.cleanEndWallMilliseconds = cleanEnd }
         return file
     }
 

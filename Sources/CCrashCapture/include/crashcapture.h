@@ -79,6 +79,15 @@ CRASHCAPTURE_API void crashcapture_uninstall(void);
 
 CRASHCAPTURE_API int crashcapture_is_installed(void);
 
+/// Tracks an event: `event` (a name by the property-key rules) with `count` text properties,
+/// in the Sensors Analytics data model, as the Swift SDK's track() does. The event is in the
+/// session file's journal when this returns, so it survives any death of the process; a C
+/// program has no event store, so its events wait there for `crashcap replay` or `crashcap
+/// watch` (the session file stays after a normal exit when it holds events). Never blocks: once
+/// the journal (256 KiB, about 1,000 events) is full, events are dropped and counted. 0, or -1
+/// with crashcapture_last_error() set.
+CRASHCAPTURE_API int crashcapture_track(const char *event, const crashcapture_property *properties, size_t count);
+
 /// Context for the report of a crash: `key` (the rules of a property key) set to the text
 /// `value`, or removed with NULL. Kept in the session file as it changes, so a crash costs
 /// nothing more; a replayed $AppCrashed carries them as `crash_context`. 0, or -1 with

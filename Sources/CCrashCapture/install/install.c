@@ -218,7 +218,7 @@ static int cc_load_distinct_id(int dir_fd, const char *given) {
 
 // MARK: - Static JSON
 
-static int cc_check_key(const char *key) {
+int cc_check_key(const char *key) {
     size_t n = key != NULL ? strlen(key) : 0;
     if (n == 0 || n > 100) return cc_fail("property key must be 1 to 100 bytes");
     if (key[0] == '$') return cc_fail("property key \"%s\": keys starting with $ are reserved for presets", key);
@@ -231,7 +231,7 @@ static int cc_check_key(const char *key) {
     return 0;
 }
 
-static bool cc_valid_utf8(const char *s) {
+bool cc_valid_utf8(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
         int extra = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;

@@ -40,6 +40,7 @@ typedef struct cc_session_file {
     size_t header_size;
     char *ring;          // in the file's mapping, or anonymous memory when the file has no ring
     char *notes;         // the notes area, in the header's mapping
+    _Atomic(char *) ring_published;  // the C API's ring, once made (cc_session_journal_for_events)
     uint64_t ring_size;
     bool ring_in_file;
     bool sdk;            // created by crashcapture_install_sdk: the SDK retires it after its $AppEnd
@@ -430,6 +431,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     }
     cc_journal_init(&cc_session_journal, cc_session.ring, cc_session.ring_size, cc_session.ring_in_file,
                      (_Atomic uint64_t *)(mapped + CCF_SESSION_AT_RESERVED));
+    atomic_store(&cc_session.ring_published, cc_session.ring);
     atomic_store(&cc_session.detached, false);
     cc_global.session_crash_offset = header_size + ring_in_file;
     cc_note_file(fd, &cc_global.session_dev, &cc_global.session_ino);
@@ -442,6 +444,7 @@ void cc_session_file_detach_in_child(void) {
     // The mappings are not inherited (MADV_DONTFORK); the descriptor is, and closing this
     // copy leaves the parent's lock in place.
     atomic_store(&cc_session.detached, true);
+    atomic_store(&cc_session.ring_published, NULL);
     atomic_store(&cc_global.session_fd, -1);
     // Only this thread exists now: the journal can be emptied in place. Its counters move off
     // the unmapped header, so the child's track() calls are refused and counted, never a fault.
@@ -460,12 +463,14 @@ void cc_session_file_detach_in_child(void) {
 void cc_session_file_close(bool remove) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
     atomic_store(&cc_global.session_fd, -1);
-    if (remove) unlinkat(cc_global.dir_fd, cc_session.name, 0);
+    // A C session's events wait in the file for a replay (crashcapture_session_retire).
+    bool holds_events = !cc_session.sdk && cc_session.ring_in_file && atomic_load(cc_session_journal.reserved) > 0;
+    if (remove && !holds_events) unlinkat(cc_global.dir_fd, cc_session.name, 0);
     // A track() on another thread may still be inside an append: the mapping stays (address
     // space only), its pages are given back, and appends from now on are refused.
     atomic_store(&cc_session_journal.closed, true);
     cc_journal_wake_waiters(&cc_session_journal);
-    if (cc_session.ring != NULL) {
+    if (cc_session.ring != NULL && !holds_events) {
         if (cc_session.ring_in_file)
             fallocate(cc_session.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)cc_session.header_size,
                       (off_t)cc_session.ring_size);
@@ -475,6 +480,7 @@ void cc_session_file_close(bool remove) {
     if (cc_session.fd >= 0) close(cc_session.fd);
     cc_session.fd = -1;
     cc_session.header = NULL;
+    atomic_store(&cc_session.ring_published, NULL);
 }
 
 bool cc_session_file_is_sdk(void) { return cc_session.sdk; }
@@ -493,7 +499,43 @@ const char *crashcapture_session_file_path(void) { return cc_session.header != N
 void crashcapture_session_retire(void) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
     if (crashcapture_crash_in_progress()) return;
+    // A C session's tracked events have no store to go to: the file stays for a replay, which
+    // imports them and ends the session as it ended, normally.
+    if (!cc_session.sdk && cc_session.ring_in_file && atomic_load(cc_session_journal.reserved) > 0) {
+        atomic_store((_Atomic int64_t *)(cc_session.header + CCF_SESSION_AT_CLEAN_END_WALL_MS), cc_wall_ms());
+        return;
+    }
     unlinkat(cc_global.dir_fd, cc_session.name, 0);
+}
+
+// The C API's ring, made on its first event: most C processes track nothing and never pay
+// for it. The header's ring size is stored last, after the ring's space and mapping exist.
+#define CC_C_JOURNAL_BYTES (256 * 1024)
+static pthread_mutex_t cc_ring_lock = PTHREAD_MUTEX_INITIALIZER;
+
+crashcapture_journal *cc_session_journal_for_events(void) {
+    if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return NULL;
+    if (atomic_load_explicit(&cc_session.ring_published, memory_order_acquire) != NULL) return &cc_session_journal;
+    pthread_mutex_lock(&cc_ring_lock);
+    if (cc_session.ring == NULL && cc_session.fd >= 0) {
+        uint64_t size = cc_ring_size_within_limits(cc_session.header_size, CC_C_JOURNAL_BYTES);
+        char *ring = MAP_FAILED;
+        if (size > 0 && posix_fallocate(cc_session.fd, (off_t)cc_session.header_size, (off_t)size) == 0)
+            ring = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, cc_session.fd, (off_t)cc_session.header_size);
+        if (ring != MAP_FAILED) {
+            madvise(ring, size, MADV_DONTFORK);
+            cc_journal_init(&cc_session_journal, ring, size, true,
+                             (_Atomic uint64_t *)(cc_session.header + CCF_SESSION_AT_RESERVED));
+            cc_session.ring_size = size;
+            cc_session.ring_in_file = true;
+            cc_global.session_crash_offset = cc_session.header_size + size;
+            atomic_store((_Atomic uint64_t *)(cc_session.header + CCF_SESSION_AT_RING_SIZE), size);
+            atomic_store_explicit(&cc_session.ring_published, ring, memory_order_release);
+            cc_session.ring = ring;
+        }
+    }
+    pthread_mutex_unlock(&cc_ring_lock);
+    return cc_session.ring != NULL ? &cc_session_journal : NULL;
 }
 
 void crashcapture_session_alive(void) {

@@ -93,6 +93,9 @@ enum ccf_session_offset {
     // that a replayed crash carries them at no cost to the crash path. 0: none (older files).
     CCF_SESSION_AT_NOTES_OFFSET = 232,     // u32, a multiple of 8 inside the header
     CCF_SESSION_AT_NOTES_SIZE = 236,       // u32
+    // A session of the C API that ended normally with events in its journal (crashcapture_track):
+    // the file stays for a replay to import them, and this says when it ended. 0: it did not.
+    CCF_SESSION_AT_CLEAN_END_WALL_MS = 240, // i64
 };
 
 /// The notes area: CCF_NOTES_CONTEXT_SLOTS context slots, then CCF_NOTES_BREADCRUMB_SLOTS

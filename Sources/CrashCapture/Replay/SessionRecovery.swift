@@ -293,10 +293,14 @@ package struct SessionRecovery: Sendable {
         }
         guard session.lifecycle != .none, try !store.hasRemembered(sessionID + "-end") else { return }
         if let crash = result.crashFile, crash.outcome == .skippedLive { return }
-        let reason = session.crashNotKept != nil ? "crash" : Self.endReason(session)
-        let duration = Double(max(0, session.aliveMonotonicNanoseconds - session.startMonotonicNanoseconds)) / 1e9
+        let reason =
+            session.crashNotKept != nil ? "crash" : session.cleanEndWallMilliseconds != nil ? "exit" : Self.endReason(session)
+        let endTime = session.cleanEndWallMilliseconds ?? session.aliveWallMilliseconds
+        let duration =
+            session.cleanEndWallMilliseconds.map { Double(max(0, $0 - session.startWallMilliseconds)) / 1e3 }
+            ?? Double(max(0, session.aliveMonotonicNanoseconds - session.startMonotonicNanoseconds)) / 1e9
         let end = lifecycleEvent(
-            "$AppEnd", id: sessionID + "-end", time: session.aliveWallMilliseconds,
+            "$AppEnd", id: sessionID + "-end", time: endTime,
             extra: "\"$event_duration\":\(String(format: "%.3f", duration)),\"$app_end_reason\":\"\(reason)\"")
         try store.insert([end], context: shared(identity))
         result.endReason = reason
