@@ -35,7 +35,9 @@ do {
             directory: arguments[1], appName: "minimal-app", appVersion: "1.0.0",
             serverURL: URL(string: "http://127.0.0.1:9/sa")))
     try CrashCapture.track("app_ready", properties: ["step": 1])
-} catch let error as CrashCaptureError {
+} catch {
+    // Typed throws: `error` is a CrashCaptureError here. (Swift 6.3.1's compiler crashes on
+    // `catch let error as CrashCaptureError` after these calls: see Docs/Limits.md.)
     FileHandle.standardError.write(Data("not installed (\(error.kind)): \(error)\n".utf8))
     exit(1)
 }
