@@ -59,6 +59,11 @@ import Testing
     /// (Scripts/build-readme-app.sh): the app starts, crashes, dies of its own signal, and the
     /// report is there; the next start imports it.
     @Test func theReadmesSwiftAppWorksAsWritten() throws {
+        // The blocks and the command that crashes the app are within the README's first 60 lines.
+        let readme = try String(contentsOfFile: Paths.packageRoot + "/README.md", encoding: .utf8)
+        let lines = readme.split(separator: "\n", omittingEmptySubsequences: false)
+        let crashLine = try #require(lines.firstIndex { $0.hasPrefix("swift build && .build/debug/myapp crash") })
+        #expect(crashLine < 60, "the command that crashes the README's app is on line \(crashLine + 1)")
         let app = Paths.packageRoot + "/.build/readme-app/build/debug/myapp"
         try #require(FileManager.default.fileExists(atPath: app), "no \(app): run Scripts/test.sh")
         let directory = makeTemporaryDirectory("readme-app")
