@@ -52,6 +52,9 @@ package struct SessionFile: Sendable {
     package var cleanEndWallMilliseconds: Int64? = nil
     /// Where the notes area (context, breadcrumbs) lies in the header; nil in older files.
     package var notesArea: (offset: Int, size: Int)? = nil
+    /// Whether the header says the writer laid out a notes area after the context, whatever
+    /// it says of the header's size: the layout a damaged header is checked against.
+    var declaresNotes = false
     /// Borrowed from the caller, who keeps it open while entries are read.
     let fd: Int32
     let path: String
@@ -139,7 +142,8 @@ package struct SessionFile: Sendable {
             // What the writer lays out: the header (with its notes) rounded up to a page, then
             // the ring to the end.
             let page = Int(CCF_SESSION_PAGE)
-            let notesEnd = notesOffset > 0 ? (fixedSize + contextSize + 7) / 8 * 8 + SessionNotes.areaSize : 0
+            let notesEnd =
+                notesSize == SessionNotes.areaSize ? (fixedSize + contextSize + 7) / 8 * 8 + SessionNotes.areaSize : 0
             headerSize = (max(fixedSize + contextSize, notesEnd) + page - 1) / page * page
             var info = stat()
             let fileSize = fstat(fd, &info) == 0 ? Int(info.st_size) : headerSize
@@ -173,6 +177,7 @@ package struct SessionFile: Sendable {
         {
             file.notesArea = (notesOffset, notesSize)
         }
+        file.declaresNotes = notesOffset == (fixedSize + contextSize + 7) / 8 * 8 && notesSize == SessionNotes.areaSize
         let cleanEnd = Int64(bitPattern: u64(CCF_SESSION_AT_CLEAN_END_WALL_MS))
         if cleanEnd > 0 { file.cleanEndWallMilliseconds = cleanEnd }
         return file
@@ -241,7 +246,10 @@ package struct SessionFile: Sendable {
     package func checkedJournal() throws -> (repaired: SessionFile, problem: String)? {
         guard ringSize > 0 else { return nil }
         let page = Int(CCF_SESSION_PAGE)
-        let canonical = (Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count + page - 1) / page * page
+        // Where the writer puts the ring: after the context, and the notes area when it made one.
+        let contextEnd = Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count
+        let headerEnd = declaresNotes ? (contextEnd + 7) / 8 * 8 + SessionNotes.areaSize : contextEnd
+        let canonical = (headerEnd + page - 1) / page * page
         var info = stat()
         let fileSize = fstat(fd, &info) == 0 ? UInt64(max(0, Int64(info.st_size))) : 0
         var best: (headerSize: Int, ringSize: UInt64, positions: [(start: UInt64, end: UInt64)], end: UInt64)?

@@ -327,9 +327,16 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append(&b, cc_global.static_props, cc_global.static_props_len);
     cc_buf_append_str(&b, "}}");
     if (b.overflow) return EOVERFLOW;
-    // The notes area (context, breadcrumbs) follows the context JSON, inside the header.
+    // The notes area (context, breadcrumbs) follows the context JSON, inside the header; not
+    // where the file-size limit leaves no room for it (writing past it raises SIGXFSZ).
     size_t notes_offset = (CCF_SESSION_FIXED_SIZE + b.len + 7) & ~(size_t)7;
     size_t header_size = (notes_offset + CCF_NOTES_SIZE + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
+    struct rlimit file_limit;
+    if (getrlimit(RLIMIT_FSIZE, &file_limit) == 0 && file_limit.rlim_cur != RLIM_INFINITY &&
+        file_limit.rlim_cur < header_size) {
+        notes_offset = 0;
+        header_size = (CCF_SESSION_FIXED_SIZE + b.len + CCF_SESSION_PAGE - 1) & ~(size_t)(CCF_SESSION_PAGE - 1);
+    }
     uint64_t wanted = ((uint64_t)journal_bytes + 7) & ~(uint64_t)7;
     if (wanted > CCF_SESSION_MAXIMUM_RING) wanted = CCF_SESSION_MAXIMUM_RING;
     uint64_t ring_in_file = cc_ring_size_within_limits(header_size, wanted);
@@ -348,8 +355,10 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_put_u64(header + CCF_SESSION_AT_ALIVE_MONO_NS, (uint64_t)cc_global.start_mono_ns);
     cc_put_u64(header + CCF_SESSION_AT_OOM_KILLS, oom_kills);
     cc_put_u32(header + CCF_SESSION_AT_CONTEXT_SIZE, (uint32_t)b.len);
-    cc_put_u32(header + CCF_SESSION_AT_NOTES_OFFSET, (uint32_t)notes_offset);
-    cc_put_u32(header + CCF_SESSION_AT_NOTES_SIZE, CCF_NOTES_SIZE);
+    if (notes_offset > 0) {
+        cc_put_u32(header + CCF_SESSION_AT_NOTES_OFFSET, (uint32_t)notes_offset);
+        cc_put_u32(header + CCF_SESSION_AT_NOTES_SIZE, CCF_NOTES_SIZE);
+    }
     memcpy(header + CCF_SESSION_AT_SESSION_ID, cc_global.session_id, 32);
     char boot_id[64];
     size_t boot_len = cc_read_small_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
@@ -378,11 +387,12 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     *step = "reserving space for the journal";
     if (ring_in_file > 0 && posix_fallocate(fd, 0, (off_t)(header_size + ring_in_file)) != 0) ring_in_file = 0;
     // The notes are written through the mapping: their pages must exist in the file, or a
-    // store to them would raise SIGBUS. Without a ring, the header alone is allocated.
-    if (ring_in_file == 0 && posix_fallocate(fd, 0, (off_t)header_size) != 0) {
-        close(fd);
-        unlinkat(cc_global.dir_fd, temporary, 0);
-        return ENOSPC;
+    // store to them would raise SIGBUS. Without a ring, the header alone is allocated; where
+    // even that finds no room, the session goes on without notes.
+    if (notes_offset > 0 && ring_in_file == 0 && posix_fallocate(fd, 0, (off_t)header_size) != 0) {
+        notes_offset = 0;
+        cc_put_u32(header + CCF_SESSION_AT_NOTES_OFFSET, 0);
+        cc_put_u32(header + CCF_SESSION_AT_NOTES_SIZE, 0);
     }
     cc_put_u64(header + CCF_SESSION_AT_RING_SIZE, ring_in_file);
     // One write of the fixed header and the context; without a ring the file may end there
@@ -412,7 +422,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     // A forked child must never write into its parent's journal: it does not even inherit it.
     madvise(mapped, header_size + ring_in_file, MADV_DONTFORK);
     cc_session.fd = fd;
-    cc_session.notes = mapped + notes_offset;
+    cc_session.notes = notes_offset > 0 ? mapped + notes_offset : NULL;
     cc_session.header = mapped;
     cc_session.header_size = header_size;
     cc_session.sdk = sdk;
