@@ -46,16 +46,22 @@ import Testing
         #expect(attachment["base64"] == nil, "the replay turned it into text")
     }
 
-    @Test func theSwiftSDKsNotesReachTheReplayedCrash() throws {
-        let directory = makeTemporaryDirectory("notes-swift")
+    /// `program kind`, given a log to attach, crashed and replayed: its $AppCrashed, and the
+    /// log's last 1,000 bytes.
+    func crashWithNotes(_ program: String, _ kind: String) throws -> (event: [String: Any], tail: String) {
+        let directory = makeTemporaryDirectory(kind)
         let log = try writeLog(directory)
         let crashed = try run(
-            Paths.swiftSample, ["pipeline-notes-crash"],
+            program, [kind],
             environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_LOG": log.path, "SWIFT_BACKTRACE": "enable=no"],
             timeout: 30)
         #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
-        let event = try crashedEvent(directory)
-        try expectNotes(event, log: log.tail, context: ["order_id": "A-17", "tier": 3])
+        return (try crashedEvent(directory), log.tail)
+    }
+
+    @Test func theSwiftSDKsNotesReachTheReplayedCrash() throws {
+        let (event, tail) = try crashWithNotes(Paths.swiftSample, "pipeline-notes-crash")
+        try expectNotes(event, log: tail, context: ["order_id": "A-17", "tier": 3])
         // Events and breadcrumbs in the order they happened.
         let crumbs = try #require((event["properties"] as? [String: Any])?["crash_breadcrumbs"] as? [String])
         let order = crumbs.compactMap { text -> String? in
@@ -67,14 +73,8 @@ import Testing
     }
 
     @Test func theCAPIsNotesReachTheReplayedCrash() throws {
-        let directory = makeTemporaryDirectory("notes-c")
-        let log = try writeLog(directory)
-        let crashed = try run(
-            Paths.cSample, ["notes-then-segv"],
-            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_LOG": log.path, "SWIFT_BACKTRACE": "enable=no"],
-            timeout: 30)
-        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
-        try expectNotes(try crashedEvent(directory), log: log.tail, context: ["order_id": "A-17"])
+        let (event, tail) = try crashWithNotes(Paths.cSample, "notes-then-segv")
+        try expectNotes(event, log: tail, context: ["order_id": "A-17"])
     }
 
     @Test func badNotesAreClearErrors() {

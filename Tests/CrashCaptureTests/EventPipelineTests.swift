@@ -32,14 +32,21 @@ import Testing
         return group
     }
 
-    /// A journal of 64 KiB holds a few hundred events; 4,000 come while the writer is held for
-    /// 300 ms. track() waits for room instead of dropping, and every event reaches the store.
-    @Test func aFullJournalMakesTrackWaitForTheWriter() throws {
-        let pipeline = try pipeline(journalBytes: 64 << 10, fullJournalWait: .seconds(10))
+    /// A pipeline with a 64 KiB journal (a few hundred events) whose writer is held until the
+    /// semaphore is signalled, and 4,000 events coming from four threads.
+    func burstIntoAHeldWriter(fullJournalWait: Duration) throws -> (
+        EventPipeline, DispatchSemaphore, DispatchGroup, ContinuousClock.Instant
+    ) {
+        let pipeline = try pipeline(journalBytes: 64 << 10, fullJournalWait: fullJournalWait)
         let held = DispatchSemaphore(value: 0)
         pipeline.onWriter { held.wait() }
-        let started = ContinuousClock.now
-        let group = trackFromFourThreads(pipeline, eventsEach: 1000)
+        return (pipeline, held, trackFromFourThreads(pipeline, eventsEach: 1000), ContinuousClock.now)
+    }
+
+    /// The writer is held for 300 ms: track() waits for room instead of dropping, and every
+    /// event reaches the store.
+    @Test func aFullJournalMakesTrackWaitForTheWriter() throws {
+        let (pipeline, held, group, started) = try burstIntoAHeldWriter(fullJournalWait: .seconds(10))
         #expect(group.wait(timeout: .now() + 0.3) == .timedOut, "the journal held every event: nothing waited")
         held.signal()
         #expect(group.wait(timeout: .now() + 30) == .success)
@@ -53,11 +60,7 @@ import Testing
     /// waits again: 4,000 calls end in far less than 4,000 bounds. Once the writer stores
     /// again, track() has room and drops nothing more.
     @Test func aJournalFullPastTheBoundDropsCountsAndStopsWaiting() throws {
-        let pipeline = try pipeline(journalBytes: 64 << 10, fullJournalWait: .milliseconds(200))
-        let held = DispatchSemaphore(value: 0)
-        pipeline.onWriter { held.wait() }
-        let started = ContinuousClock.now
-        let group = trackFromFourThreads(pipeline, eventsEach: 1000)
+        let (pipeline, held, group, started) = try burstIntoAHeldWriter(fullJournalWait: .milliseconds(200))
         #expect(group.wait(timeout: .now() + 30) == .success, "track() waited for the writer past its bound")
         #expect(ContinuousClock.now - started < .seconds(5))
         let dropped = pipeline.droppedBeforeStore
