@@ -96,6 +96,11 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
     case "pipeline-login":
         try! CrashCapture.login("user-42")
         trackAll()
+    case "pipeline-login-crash":
+        trackAll()
+        try! CrashCapture.login("user-42")
+        trackAll()
+        _ = crashSwiftNullRead()
     case "pipeline-crash-now":
         // No flush: the events are only in the journal when the crash comes.
         trackAll()
@@ -273,7 +278,7 @@ func allKinds() -> [String] {
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
-            "pipeline-last-run",
+            "pipeline-last-run", "pipeline-login-crash",
             "pipeline-oom",
             "pipeline-fork",
         ]

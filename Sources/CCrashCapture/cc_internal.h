@@ -113,6 +113,7 @@ typedef struct cc_state {
         size_t max_bytes;
     } attachments[CC_MAX_ATTACHMENTS];
     _Atomic int attachment_count;
+    _Atomic bool logged_in;  // the distinct id is a login id (crashcapture_set_logged_in)
     char app_name[256];
     char app_version[256];
     char file_path[PATH_MAX];

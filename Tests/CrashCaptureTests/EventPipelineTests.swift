@@ -133,7 +133,9 @@ import Testing
         #expect(end["login_id"] as? String == "user-7")
         #expect(end["distinct_id"] as? String == "user-7")
         #expect((end["lib"] as? [String: Any])?["$lib_method"] as? String == "autoTrack")
-        #expect((end["properties"] as? [String: Any])?.count == 2)
+        // $pid and k shared, and the method among the properties as in `lib`.
+        #expect((end["properties"] as? [String: Any])?.count == 3)
+        #expect((end["properties"] as? [String: Any])?["$lib_method"] as? String == "autoTrack")
         #expect(events[2]["distinct_id"] as? String == "anonymous")
         #expect(events[2]["login_id"] == nil, "after logout")
         // What is shared is stored once: a row is far smaller than the event it reads back as.

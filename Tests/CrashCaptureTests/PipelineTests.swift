@@ -162,7 +162,9 @@ import Testing
         }
         let signUp = try #require(objects.first { $0["event"] as? String == "$SignUp" })
         let anonymous = try String(contentsOfFile: directory + "/distinct_id", encoding: .utf8)
-        #expect((signUp["properties"] as? [String: Any])?["$original_id"] as? String == anonymous)
+        // A track_signup record with the anonymous id as its own original_id, as the official SDKs send.
+        #expect(signUp["type"] as? String == "track_signup")
+        #expect(signUp["original_id"] as? String == anonymous)
         let tracked = objects.filter { $0["event"] as? String == "sample_event" }
         #expect(tracked.count == 2 && tracked.allSatisfy { $0["distinct_id"] as? String == "user-42" })
         // The next session starts logged in, and its crash reports carry the login id.
@@ -170,6 +172,7 @@ import Testing
         #expect(crash.signal == SIGSEGV)
         let report = try verifiedReport(in: directory, signal: "SIGSEGV")
         #expect(report.crashed?["distinct_id"] as? String == "user-42")
+        #expect(report.crashed?["login_id"] as? String == "user-42")
     }
 
     @Test func clientErrorsMoveTheBatchAsideAndTheQueueGoesOn() throws {

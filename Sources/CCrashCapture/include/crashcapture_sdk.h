@@ -67,6 +67,10 @@ void crashcapture_journal_prefault(crashcapture_journal *journal, size_t ahead);
 /// which validates typed values itself. NULL removes the key.
 int crashcapture_set_context_json(const char *key, const char *value_json);
 
+/// Whether the distinct id is a login id: the crash path's events then carry it as `login_id`
+/// too, as every event after a login does.
+void crashcapture_set_logged_in(int logged_in);
+
 /// The session file's path, or NULL.
 const char *crashcapture_session_file_path(void);
 /// Removes the session file after a clean end whose $AppEnd is in the store.

@@ -99,6 +99,8 @@ const char *crashcapture_distinct_id(void) {
     return current != NULL ? current : cc_global.distinct_id;
 }
 
+void crashcapture_set_logged_in(int logged_in) { atomic_store(&cc_global.logged_in, logged_in != 0); }
+
 int crashcapture_set_distinct_id(const char *distinct_id) {
     if (distinct_id == NULL || !cc_valid_distinct_id(distinct_id, strlen(distinct_id))) return -1;
     pthread_mutex_lock(&cc_install_lock);
@@ -287,7 +289,6 @@ static int cc_build_static_json(const crashcapture_config *config) {
     cc_append_member(&b, "$model", uts.machine);
     cc_append_member(&b, "$lib", CCF_LIB_NAME);
     cc_append_member(&b, "$lib_version", CRASHCAPTURE_VERSION);
-    cc_append_member(&b, "$lib_method", "autoTrack");
     cc_append_member(&b, "$hostname", uts.nodename);
     cc_buf_append_str(&b, ",\"$process_start_time\":");
     cc_buf_append_i64(&b, cc_process_start_ms());

@@ -47,7 +47,7 @@ int crashcapture_track(const char *event, const crashcapture_property *propertie
     int width = 0;
     for (uint64_t rest = number; rest > 0 || width < 11; rest /= 10) digits[width++] = (char)('0' + rest % 10);
     while (width > 0) cc_buf_append(&b, &digits[--width], 1);
-    cc_buf_append_str(&b, "\",\"lib\":{\"$lib_method\":\"code\",\x01");
+    cc_buf_append_str(&b, "\",\"lib\":{\"$lib_method\":\"code\",\x01,\"$lib_method\":\"code\"");
     for (size_t i = 0; i < count; i++) {
         cc_buf_append_str(&b, ",");
         cc_buf_append_json_string(&b, properties[i].key, 128);

@@ -42,6 +42,11 @@ static void cc_append_event_head(cc_buf *b, const char *event, const char *id_su
     cc_buf_append_str(b, ",\"distinct_id\":");
     const char *distinct_id = atomic_load_explicit(&cc_global.current_distinct_id, memory_order_acquire);
     cc_buf_append_json_string(b, distinct_id != NULL ? distinct_id : cc_global.distinct_id, sizeof(cc_global.distinct_id));
+    if (atomic_load_explicit(&cc_global.logged_in, memory_order_relaxed)) {
+        cc_buf_append_str(b, ",\"login_id\":");
+        cc_buf_append_json_string(b, distinct_id != NULL ? distinct_id : cc_global.distinct_id,
+                                  sizeof(cc_global.distinct_id));
+    }
     cc_buf_append_str(b, ",\"event_id\":\"");
     cc_buf_append_str(b, cc_global.session_id);
     cc_buf_append_str(b, id_suffix);
@@ -54,6 +59,7 @@ static void cc_append_event_head(cc_buf *b, const char *event, const char *id_su
     if (cc_global.static_props_len > 0) cc_buf_append_str(b, ",");
     cc_buf_append_str(b, "\"$pid\":");
     cc_buf_append_i64(b, (int64_t)getpid());
+    cc_buf_append_str(b, ",\"$lib_method\":\"autoTrack\"");
 }
 
 // Module names for the readable text come from the install-time JSON: find the n-th

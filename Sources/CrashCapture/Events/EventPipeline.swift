@@ -12,6 +12,10 @@ struct PendingEvent: Sendable {
     var method: String
     var eventID: String?
     var extra: String?
+    /// The record's type: `track`, or `track_signup` for a login's $SignUp.
+    var type = "track"
+    /// Members of the record itself, beside `event` (a sign-up's `original_id`).
+    var recordMembers: String?
 }
 
 /// Who the events are about: the distinct id, and the login id when one is set.
@@ -139,7 +143,9 @@ final class EventPipeline: @unchecked Sendable {
 
     /// `journalText`, into a `JournalWriter`.
     func write(_ event: PendingEvent, number: UInt64, into writer: inout JournalWriter) {
-        writer.append("{\"type\":\"track\",\"event\":")
+        writer.append("{\"type\":\"")
+        writer.append(event.type)
+        writer.append("\",\"event\":")
         writer.appendQuoted(event.name)
         writer.append(",\"time\":")
         writer.append(event.timeMilliseconds)
@@ -150,9 +156,17 @@ final class EventPipeline: @unchecked Sendable {
             writer.append(idPrefix)
             writer.append(Int64(number), width: 12)
         }
-        writer.append("\",\"lib\":{\"$lib_method\":\"")
+        writer.append(0x22)
+        if let members = event.recordMembers {
+            writer.append(0x2c)
+            writer.append(members)
+        }
+        writer.append(",\"lib\":{\"$lib_method\":\"")
         writer.append(event.method)
-        writer.append("\",\u{1}")
+        // The same method among the properties, as the official SDKs send it.
+        writer.append("\",\u{1},\"$lib_method\":\"")
+        writer.append(event.method)
+        writer.append(0x22)
         if let extra = event.extra {
             writer.append(0x2c)
             writer.append(extra)
@@ -334,17 +348,20 @@ final class EventPipeline: @unchecked Sendable {
     /// The marker stands for the rest (`sharedText`), which the store keeps once and puts back
     /// on every read. Names are plain (`[A-Za-z0-9_$]`), so `"event_id"` is found by its text.
     func journalText(_ event: PendingEvent, id: String) -> String {
-        var json = "{\"type\":\"track\",\"event\":"
+        var json = "{\"type\":\"" + event.type + "\",\"event\":"
         json.reserveCapacity(224)
         JSONText.appendQuoted(event.name, to: &json)
         json += ",\"time\":"
         json += String(event.timeMilliseconds)
         json += ",\"event_id\":\""
         json += id
-        json += "\",\"lib\":{\"$lib_method\":\""
+        json += "\""
+        if let members = event.recordMembers { json += "," + members }
+        json += ",\"lib\":{\"$lib_method\":\""
         json += event.method
         json += "\","
         json += EventStore.contextMarker
+        json += ",\"$lib_method\":\"" + event.method + "\""
         if let extra = event.extra { json += "," + extra }
         for (key, value) in event.properties {
             json += ","

@@ -269,12 +269,15 @@ public enum CrashCapture: Sendable {
             throw CrashCaptureError.invalidArgument(
                 "login id must be 1 to 255 printable bytes without quotes or backslashes")
         }
+        crashcapture_set_logged_in(1)
         pipeline.setLoginID(loginID, distinctID: loginID)
         PrivateFiles.write(Array(loginID.utf8), to: directory + "/login_id")
+        // As every official SDK sends a login: a track_signup record with the anonymous id as
+        // its top-level original_id.
         pipeline.enqueue(
             PendingEvent(
                 name: "$SignUp", properties: [:], timeMilliseconds: wallMilliseconds(), method: "code",
-                extra: "\"$original_id\":" + JSONText.quoted(anonymous)))
+                type: "track_signup", recordMembers: "\"original_id\":" + JSONText.quoted(anonymous)))
     }
 
     /// Back to the anonymous distinct id. Does nothing when not installed.
@@ -283,6 +286,7 @@ public enum CrashCapture: Sendable {
         let anonymous = state.anonymousID ?? ""
         pipeline.setLoginID(nil, distinctID: anonymous)
         _ = crashcapture_set_distinct_id(anonymous)
+        crashcapture_set_logged_in(0)
         try? FileManager.default.removeItem(atPath: directory + "/login_id")
     }
 
@@ -420,6 +424,7 @@ extension CrashCapture {
             !saved.isEmpty,
             crashcapture_set_distinct_id(saved) == 0
         {
+            crashcapture_set_logged_in(1)
             pipeline.setLoginID(saved, distinctID: saved)
         }
         // The sessions and crash files of earlier processes, on a queue of their own, local files

@@ -294,7 +294,8 @@ package struct SessionRecovery: Sendable {
         guard session.lifecycle != .none, try !store.hasRemembered(sessionID + "-end") else { return }
         if let crash = result.crashFile, crash.outcome == .skippedLive { return }
         let reason =
-            session.crashNotKept != nil ? "crash" : session.cleanEndWallMilliseconds != nil ? "exit" : Self.endReason(session)
+            session.crashNotKept != nil
+            ? "crash" : session.cleanEndWallMilliseconds != nil ? "exit" : Self.endReason(session)
         let endTime = session.cleanEndWallMilliseconds ?? session.aliveWallMilliseconds
         let duration =
             session.cleanEndWallMilliseconds.map { Double(max(0, $0 - session.startWallMilliseconds)) / 1e3 }
@@ -321,7 +322,8 @@ package struct SessionRecovery: Sendable {
         id: String, payload: String
     ) {
         var json = "{\"type\":\"track\",\"event\":\"\(name)\",\"time\":\(time),\"event_id\":\"\(id)\","
-        json += "\"lib\":{\"$lib_method\":\"autoTrack\"," + EventStore.contextMarker + "," + extra + "}}"
+        json += "\"lib\":{\"$lib_method\":\"autoTrack\"," + EventStore.contextMarker + ",\"$lib_method\":\"autoTrack\","
+        json += extra + "}}"
         return (id, json)
     }
 
