@@ -101,6 +101,33 @@ func defaultsBurst() throws {
     )
 }
 
+/// The Swift install() on the caller's thread: into a new directory each time, and again
+/// into one that already has its store (each followed by uninstall).
+func swiftInstallBenchmark(runs: Int) throws {
+    var fresh: [Double] = []
+    var again: [Double] = []
+    let existing = temporaryDirectory()
+    for _ in 0..<runs {
+        let directory = temporaryDirectory()
+        for (target, samples) in [(directory, 0), (existing, 1)] {
+            let configuration = CrashCapture.Configuration(
+                directory: target, appName: "bench", appVersion: "1.0", trackLifecycle: false)
+            let start = monotonic()
+            try CrashCapture.install(configuration)
+            let elapsed = Double(monotonic() - start) / 1e6
+            CrashCapture.uninstall()
+            if samples == 0 { fresh.append(elapsed) } else { again.append(elapsed) }
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+    let (first, second) = (Statistics(fresh), Statistics(again))
+    print("## CrashCapture.install() on the caller's thread (\(runs) runs each, ms)\n")
+    print("| directory | median | p90 | target |")
+    print("|---|---|---|---|")
+    print("| new (store created) | \(format(first.median, 2)) | \(format(first.percentile(0.9), 2)) | ≤ 2 |")
+    print("| with its store already there | \(format(second.median, 2)) | \(format(second.percentile(0.9), 2)) | |\n")
+}
+
 func pipelineBenchmarks(events: Int) throws {
     try defaultsBurst()
     let directory = temporaryDirectory()

@@ -30,6 +30,8 @@ case "crash":
     try crashBenchmarks(runs: option("--runs", default: 50))
 case "defaults":
     try defaultsBurst()
+case "swift-install":
+    try swiftInstallBenchmark(runs: option("--runs", default: 30))
 case "preload":
     try preloadBenchmarks(runs: option("--runs", default: 60))
 case "pipeline":
@@ -150,7 +152,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
+        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -248,8 +248,12 @@ package final class EventStore: @unchecked Sendable {
                 let check = try connection.scalarText("PRAGMA quick_check(1)")
                 if check != "ok" { throw StoreProblem(reason: "damaged: \(check)") }
             }
+            // A new store holds nothing yet: making it (the switch to WAL, the schema) flushes
+            // nothing, where each of its commits cost a flush of 0.3-0.5 ms on this disk and
+            // install into a new directory 2.7 ms. Power lost meanwhile leaves a store that
+            // the next start finds damaged and sets aside; the events are in the journal.
+            if tables == 0 { try connection.execute("PRAGMA synchronous = OFF") }
             _ = try connection.scalarInt("PRAGMA journal_mode = WAL")
-            try connection.execute("PRAGMA synchronous = NORMAL")
             // Debian's SQLite overwrites every deleted row with zeros (SECURE_DELETE), SQLite's
             // own default does not: FAST zeroes what lies in pages written anyway and writes no
             // page more for it. When uploaded events left the store a batch at a time, the pages
@@ -304,6 +308,7 @@ package final class EventStore: @unchecked Sendable {
                     count INTEGER NOT NULL) WITHOUT ROWID;
                 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
                 """)
+            try connection.execute("PRAGMA synchronous = NORMAL")
         } catch let error as SQLiteError where error.isCorruption {
             throw StoreProblem(reason: "not a SQLite database or damaged (\(error.message))")
         }
