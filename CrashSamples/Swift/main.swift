@@ -251,6 +251,23 @@ func trackUntilKilled() -> Never {
     while true { sleep(10) }
 }
 
+// Three async calls deep, each suspending first: once resumed, a caller's frame is on no stack,
+// only in the task's async context chain.
+@inline(never) func asyncLevel3() async -> Int {
+    await Task.yield()
+    return crashSwiftNullRead()
+}
+
+@inline(never) func asyncLevel2() async -> Int {
+    await Task.yield()
+    return await asyncLevel3() + opaque(1)
+}
+
+@inline(never) func asyncLevel1() async -> Int {
+    await Task.yield()
+    return await asyncLevel2() + opaque(1)
+}
+
 let swiftKindNames = [
     "swift-fatal-error", "swift-force-unwrap", "swift-array-index", "swift-integer-overflow", "swift-divide-by-zero",
     "swift-precondition", "swift-try-bang", "swift-unowned", "swift-null-read", "swift-stack-overflow",
@@ -268,6 +285,13 @@ func runSwiftKind(_ name: String) -> Bool {
     case "swift-unowned": _ = crashSwiftUnowned()
     case "swift-null-read": _ = crashSwiftNullRead()
     case "swift-stack-overflow": _ = crashSwiftRecursion(0)
+    case "swift-async-deep":
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            _ = await asyncLevel1()
+            done.signal()
+        }
+        done.wait()
     default: return false
     }
     return true
@@ -278,7 +302,7 @@ func allKinds() -> [String] {
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
-            "pipeline-last-run", "pipeline-login-crash",
+            "pipeline-last-run", "pipeline-login-crash", "swift-async-deep",
             "pipeline-oom",
             "pipeline-fork",
         ]

@@ -32,6 +32,7 @@
 #define CC_SMALLEST_REPORT_ROOM (32 * 1024)
 #define CC_MAX_THREADS 512       // other threads captured at most; the rest are counted
 #define CC_THREAD_FRAMES 128     // frames per other thread
+#define CC_MAX_ASYNC_FRAMES 64   // [async] callers of the crashing thread
 #define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
 #define CC_ALTSTACK_SIZE (64 * 1024)
 // The start of a named crash file written with zeros at install (a report of up to 64 threads).

@@ -113,6 +113,10 @@ public struct CrashReport: @unchecked Sendable {
         self.timing = timing
         let details = events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any] ?? [:]
         frames = Self.decodeFrames(details)
+        asyncFrames = Self.decodeFrames(["frames": details["async_frames"] ?? []])
+        if let owner = details["async_owner"] as? [String: Any] {
+            asyncOwner = Self.decodeFrames(["frames": [owner]]).first
+        }
         modules = Self.decodeModules(details)
         threads = Self.decodeThreads(details, frames: frames, modules: modules)
         threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
@@ -160,6 +164,12 @@ public struct CrashReport: @unchecked Sendable {
 
     /// Decoded once, at init: replay and rendering read them several times.
     public private(set) var frames: [Frame] = []
+    /// The crashing thread's logical [async] callers (the resume functions of its Swift task's
+    /// async context chain), innermost first; empty outside a task.
+    public private(set) var asyncFrames: [Frame] = []
+    /// A pc of the function whose frame held the first async context: the chain is the task's
+    /// only when that function is async (the symbolicator decides).
+    public private(set) var asyncOwner: Frame?
     public private(set) var modules: [Module] = []
     /// Every thread listed, the crashing one first; empty in reports of older versions.
     public private(set) var threads: [Thread] = []

@@ -170,6 +170,37 @@ public final class Symbolicator: @unchecked Sendable {
         }
     }
 
+    /// The crashing thread's [async] callers, named: each address is a resume function's entry,
+    /// not a return address. Empty when the function that held the chain is not a Swift async
+    /// function, so a word that only looked like an async context names nothing.
+    public func symbolicateAsyncFrames(of report: CrashReport) -> [Symbol] {
+        guard let owner = report.asyncOwner, !report.asyncFrames.isEmpty,
+            let ownerModule = owner.module, ownerModule < report.modules.count, let ownerOffset = owner.offset
+        else { return [] }
+        let module = report.modules[ownerModule]
+        let held = symbolicate(
+            modulePath: module.path, buildID: module.buildID, offset: ownerOffset, isReturnAddress: true)
+        guard Self.isSwiftAsync(held.expanded.last?.linkageName ?? held.linkageName) else { return [] }
+        return report.asyncFrames.map { frame in
+            guard let index = frame.module, index < report.modules.count, let offset = frame.offset else {
+                return Symbol(module: "???", note: "address outside every known module")
+            }
+            let module = report.modules[index]
+            return symbolicate(modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: false)
+        }
+    }
+
+    /// Whether a mangled Swift name is an async function or one of its resume partial
+    /// functions (`Ya` in its type; `TQn_` and `TYn_` for the partial functions).
+    static func isSwiftAsync(_ linkageName: String?) -> Bool {
+        guard let name = linkageName, name.hasPrefix("$s") || name.hasPrefix("_$s") else { return false }
+        if name.contains("Ya") { return true }
+        guard let last = name.lastIndex(where: { $0 == "Q" || $0 == "Y" }), last > name.startIndex,
+            name[name.index(before: last)] == "T"
+        else { return false }
+        return name.hasSuffix("_")
+    }
+
     /// The file whose debug info names a module's frames, or why there is none; for
     /// `crashcap symbols` and for saying what is missing.
     public func debugFile(modulePath: String, buildID: String) -> Result<String, CrashCaptureError> {

@@ -26,6 +26,8 @@ struct HarnessCase: Sendable {
         var exceptionWhat: String? = nil
         /// A substring of a function name among the first `topFrames` frames.
         var frame: String? = nil
+        /// Functions that must be among the report's [async] callers, in this order.
+        var asyncCallers: [String] = []
         /// A substring of the module path of one of the first `topFrames` frames.
         var library: String? = nil
         var topFrames = 8
@@ -188,6 +190,11 @@ enum HarnessMatrix {
             HarnessCase(
                 program: .swiftSample, kind: "swift-null-read",
                 expect: .init(signal: SIGSEGV, code: "SEGV_MAPERR", frame: "crashSwiftNullRead")),
+            HarnessCase(
+                program: .swiftSample, kind: "swift-async-deep",
+                expect: .init(
+                    signal: SIGSEGV, code: "SEGV_MAPERR", frame: "crashSwiftNullRead",
+                    asyncCallers: ["asyncLevel2", "asyncLevel1"])),
         ]
         for context in ["main", "pthread", "dispatch", "thread", "task"] {
             cases.append(

@@ -366,6 +366,17 @@ struct HarnessRunner {
                     "\(frame) is not among the top \(expect.topFrames) frames: \(top.map { $0.function ?? $0.module })")
             }
         }
+        if !expect.asyncCallers.isEmpty {
+            let callers = Symbolicator().symbolicateAsyncFrames(of: report).compactMap(\.function)
+            var remaining = callers[...]
+            for wanted in expect.asyncCallers {
+                guard let at = remaining.firstIndex(where: { $0.contains(wanted) }) else {
+                    problems.append("\(wanted) is not among the [async] callers, in order: \(callers)")
+                    break
+                }
+                remaining = remaining[(at + 1)...]
+            }
+        }
         if let library = expect.library {
             if let path = modulePaths.first(where: { $0.contains(library) }) {
                 result.topFrame = (path as NSString).lastPathComponent

@@ -94,6 +94,7 @@ enum ReportRendering {
         lines += frameLines(
             frames, symbols: symbols, limit: options.frames, hidingSystem: !options.allFrames, style: style,
             indent: "  ", shownModules: &shownModules)
+        lines += asyncLines(report, symbolicator: symbolicator, options: options, style: style)
         lines += registerLines(report, style: style)
         lines += threadLines(
             report, symbolicator: symbolicator, options: options, style: style, shownModules: &shownModules)
@@ -111,6 +112,33 @@ enum ReportRendering {
             lines.append(style.dim("(more with \(more.joined(separator: " and ")), or --json)"))
         }
         return lines.map(style.terminalSafe).joined(separator: "\n")
+    }
+
+    /// The crashing task's logical callers, from its async context chain, as the Swift
+    /// backtracer marks them: `[async]`.
+    static func asyncLines(
+        _ report: CrashReport, symbolicator: Symbolicator, options: RenderOptions, style: TextStyle
+    ) -> [String] {
+        let symbols = symbolicator.symbolicateAsyncFrames(of: report)
+        guard !symbols.isEmpty else { return [] }
+        var lines = [style.bold("async callers") + ":"]
+        var hidden = 0
+        for (index, (frame, symbol)) in zip(report.asyncFrames, symbols).enumerated() {
+            if !options.allFrames && isSystemFrame(symbol) {
+                hidden += 1
+                continue
+            }
+            var line = "  " + String(format: "#%-3d [async] 0x%016llx ", index, frame.pc) + symbol.module
+            if let function = symbol.function {
+                line += "  " + style.bold(function)
+                if let location = symbol.source.location { line += style.dim(" at " + location) }
+            } else if let offset = frame.offset {
+                line += " +0x" + String(offset, radix: 16)
+            }
+            lines.append(line)
+        }
+        if hidden > 0 { lines.append(style.dim("  ... \(hidden) system frame\(hidden == 1 ? "" : "s")")) }
+        return lines
     }
 
     /// The last lines of each attached file (`--json` has all that was copied).
@@ -342,6 +370,12 @@ enum ReportRendering {
         object["fingerprint"] = CrashFingerprint.fingerprint(
             signal: signalName, symbols: symbols, frames: report.frames)
         object["title"] = CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames)
+        let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: report)
+        if !asyncSymbols.isEmpty {
+            object["async_frames"] = zip(report.asyncFrames, asyncSymbols).map { frame, symbol in
+                CrashReplayer.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)
+            }
+        }
         object["threads_total"] = report.threadsTotal
         object["threads_frozen_by"] = report.threadsFrozenBy
         object["threads_freeze_note"] = report.threadsFreezeNote

@@ -1,3 +1,4 @@
+import CrashCapture
 import CrashFileFormat
 import Foundation
 import TestSupport
@@ -197,5 +198,45 @@ import Testing
         let sessions = try #require(object["sessions"] as? [[String: Any]])
         #expect(sessions.count == 1 && sessions[0]["outcome"] as? String == "closed")
         #expect(sessions[0]["end_reason"] is NSNull)
+    }
+}
+
+/// A crash three async calls deep, each call suspended once: the callers are on no stack, only
+/// in the task's async context chain. The report lists them as [async] callers, as the Swift
+/// backtracer does, named in `show` and in the replayed $AppCrashed.
+@Suite struct AsyncFramesTests {
+    @Test func aCrashThreeAsyncCallsDeepNamesItsAsyncCallers() throws {
+        let directory = makeTemporaryDirectory("async-deep")
+        let crashed = try run(
+            Paths.swiftSample, ["swift-async-deep"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
+        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        let section = text.stdout.components(separatedBy: "async callers:\n").dropFirst().first ?? ""
+        let asyncLines = section.split(separator: "\n").prefix { $0.hasPrefix("  ") }
+        #expect(
+            asyncLines.first?.contains("[async]") == true && asyncLines.first?.contains("asyncLevel2()") == true,
+            "\(text.stdout)")
+        #expect(asyncLines.dropFirst().first?.contains("asyncLevel1()") == true, "\(text.stdout)")
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+        #expect(replay.exitCode == 0)
+        let events = try EventStore(path: directory + "/events.sqlite").events(limit: 100).compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+        }
+        let crash = try #require(events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any])
+        let names = (crash["async_frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+        #expect(
+            names.prefix(2).map { $0.contains("asyncLevel2") || $0.contains("asyncLevel1") } == [true, true], "\(names)"
+        )
+        #expect(crash["async_owner"] == nil)
+    }
+
+    /// A C crash has no task: whatever the stack held, no [async] caller is named.
+    @Test func aCrashOutsideATaskHasNoAsyncCallers() throws {
+        let directory = makeTemporaryDirectory("no-async")
+        let crashed = try run(Paths.cSample, ["deep-stack-64"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGSEGV)
+        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        #expect(!text.stdout.contains("[async]"), "\(text.stdout)")
     }
 }

@@ -94,6 +94,9 @@ static void cc_unwind(ucontext_t *uc) {
     cc_fault_here_on_purpose(1);
     cc_walk(uc, cc_found.frames, CC_MAX_FRAMES, &cc_found.frame_count, &cc_found.used_libunwind);
     cc_recover_bad_call(uc);
+    cc_registers r = cc_registers_from(uc);
+    cc_walk_async_chain(r.pc, r.fp, r.sp, cc_found.async_frames, CC_MAX_ASYNC_FRAMES, &cc_found.async_frame_count,
+                        &cc_found.async_owner);
 }
 
 // The other threads that have answered and are not unwound yet, each from the context it

@@ -38,6 +38,11 @@ typedef struct cc_late_module {
 typedef struct cc_findings {
     uintptr_t frames[CC_MAX_FRAMES];
     volatile size_t frame_count;
+    // The crashing thread's logical [async] callers, when it runs a Swift async task: the
+    // resume functions along its async context chain (cc_walk_async_chain).
+    uintptr_t async_frames[CC_MAX_ASYNC_FRAMES];
+    volatile size_t async_frame_count;
+    volatile uintptr_t async_owner;  // a pc in the function whose frame held the first context
     volatile int used_libunwind;
     cc_late_module late_modules[CC_MAX_LATE_MODULES];
     volatile size_t late_module_count;
@@ -66,6 +71,12 @@ void cc_scan_late_modules(const cc_module_map *map);
 void cc_check_libunwind_pipe(void);
 void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *count, volatile int *used_libunwind);
 void cc_recover_bad_call(const ucontext_t *uc);
+
+// Follows a Swift async task's context chain, from the first frame (of the stack that pc, fp
+// and sp describe) whose word below its record leads to one: each context's resume function,
+// innermost first, into `frames`, and a pc of the function that held it into `owner`.
+void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *frames, size_t max,
+                         volatile size_t *count, volatile uintptr_t *owner);
 
 // MARK: report_events.c
 

@@ -296,6 +296,35 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     }
     cc_buf_append_str(b, "],\"frames_truncated\":");
     cc_buf_append_str(b, written < cc_found.frame_count || cc_found.frame_count == CC_MAX_FRAMES ? "true" : "false");
+    if (cc_found.async_frame_count > 0) {
+        uintptr_t owner_bias = 0;
+        long owner_index = cc_find_module(c->map, cc_found.async_owner, &owner_bias);
+        cc_buf_append_str(b, ",\"async_owner\":{\"pc\":");
+        cc_buf_append_quoted_hex(b, cc_found.async_owner);
+        if (owner_index >= 0) {
+            cc_buf_append_str(b, ",\"module\":");
+            cc_buf_append_i64(b, owner_index);
+            cc_buf_append_str(b, ",\"offset\":");
+            cc_buf_append_quoted_hex(b, cc_found.async_owner - owner_bias);
+        }
+        cc_buf_append_str(b, "}");
+        cc_buf_append_str(b, ",\"async_frames\":[");
+        for (size_t i = 0; i < cc_found.async_frame_count && b->len < limit; i++) {
+            uintptr_t bias = 0;
+            long index = cc_find_module(c->map, cc_found.async_frames[i], &bias);
+            if (i > 0) cc_buf_append_str(b, ",");
+            cc_buf_append_str(b, "{\"pc\":");
+            cc_buf_append_quoted_hex(b, cc_found.async_frames[i]);
+            if (index >= 0) {
+                cc_buf_append_str(b, ",\"module\":");
+                cc_buf_append_i64(b, index);
+                cc_buf_append_str(b, ",\"offset\":");
+                cc_buf_append_quoted_hex(b, cc_found.async_frames[i] - bias);
+            }
+            cc_buf_append_str(b, "}");
+        }
+        cc_buf_append_str(b, "]");
+    }
     cc_buf_append_str(b, ",\"modules\":[");
     if (c->map != NULL && b->len + c->map->json_len < limit) cc_buf_append(b, c->map->json, c->map->json_len);
     for (size_t i = 0; i < cc_found.late_module_count && b->len < limit; i++) {

@@ -4,7 +4,10 @@
 // allocates nothing, takes no lock, and calls nothing above it in the crash path.
 #include <link.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "cc_internal.h"
 #include "crash_report.h"
@@ -152,6 +155,54 @@ void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *cou
         *count = *count + 1;
         if (next <= fp) break;
         fp = next;
+    }
+}
+
+// One word of this process's memory, read by the kernel: an unmapped address fails the call
+// instead of faulting in the crash path.
+static bool cc_read_word(uintptr_t address, uintptr_t *out) {
+    struct iovec local = {out, sizeof(*out)};
+    struct iovec remote = {(void *)address, sizeof(*out)};
+    return syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof(*out);
+}
+
+// A Swift async function keeps its async context in the word below its frame record (the
+// swiftasync convention; Swift on Linux does not mark such records, as it does on Darwin). A
+// context begins with its parent context and the function the parent resumes at: following
+// parents gives the task's logical callers, which after a suspension are on no stack at all.
+// Which frame is async is not known here, so the first frame whose word below the record
+// leads to a chain of resume functions inside loaded modules is taken, and the function
+// owning that frame is recorded: replay keeps the chain only if that function is async.
+void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *frames, size_t max,
+                         volatile size_t *count, volatile uintptr_t *owner) {
+    *count = 0;
+    *owner = 0;
+    uintptr_t function_pc = pc;
+    for (int depth = 0; depth < 64 && fp != 0 && (fp & 7) == 0 && fp > sp; depth++) {
+        uintptr_t saved, ret, context;
+        if (!cc_read_word(fp, &saved) || !cc_read_word(fp + sizeof(uintptr_t), &ret)) return;
+        // A context lives on the heap or in a task's slab, never on this thread's stack.
+        if (cc_read_word(fp - sizeof(uintptr_t), &context) && context != 0 && (context & 7) == 0 &&
+            (context < sp || context > fp + (1 << 23))) {
+            size_t found = 0;
+            while (context != 0 && (context & 7) == 0 && found < max) {
+                uintptr_t parent, resume;
+                if (!cc_read_word(context, &parent) || !cc_read_word(context + sizeof(uintptr_t), &resume) ||
+                    !cc_in_any_module(resume))
+                    break;
+                frames[found++] = resume;
+                if (parent == context) break;
+                context = parent;
+            }
+            if (found > 0) {
+                *owner = function_pc;
+                *count = found;
+                return;
+            }
+        }
+        if (saved <= fp) return;
+        function_pc = ret;
+        fp = saved;
     }
 }
 

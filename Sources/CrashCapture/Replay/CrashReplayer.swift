@@ -324,6 +324,17 @@ package struct CrashReplayer: Sendable {
             if let line = symbol.line { frames[index]["line"] = line }
         }
         crash["frames"] = frames
+        // The task's [async] callers, named like any frame; a chain the symbolicator cannot
+        // confirm (its frame's function is not async) was a word that only looked like one.
+        let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: report)
+        crash["async_owner"] = nil
+        if asyncSymbols.isEmpty {
+            crash["async_frames"] = nil
+        } else {
+            crash["async_frames"] = zip(report.asyncFrames, asyncSymbols).map { frame, symbol in
+                Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: false)
+            }
+        }
         // The attached files' tails, as text for the analyst instead of the crash path's base64.
         if let attachments = crash["attachments"] as? [[String: Any]] {
             crash["attachments"] = attachments.map { attachment -> [String: Any] in
