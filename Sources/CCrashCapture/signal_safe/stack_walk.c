@@ -158,12 +158,12 @@ void cc_walk(ucontext_t *uc, uintptr_t *frames, size_t max, volatile size_t *cou
     }
 }
 
-// One word of this process's memory, read by the kernel: an unmapped address fails the call
+// Words of this process's memory, read by the kernel: an unmapped address fails the call
 // instead of faulting in the crash path.
-static bool cc_read_word(uintptr_t address, uintptr_t *out) {
-    struct iovec local = {out, sizeof(*out)};
-    struct iovec remote = {(void *)address, sizeof(*out)};
-    return syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof(*out);
+static bool cc_read_words(uintptr_t address, uintptr_t *out, size_t n) {
+    struct iovec local = {out, n * sizeof(*out)};
+    struct iovec remote = {(void *)address, n * sizeof(*out)};
+    return syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)(n * sizeof(*out));
 }
 
 // A Swift async function keeps its async context in the word below its frame record (the
@@ -179,20 +179,19 @@ void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *fr
     *owner = 0;
     uintptr_t function_pc = pc;
     for (int depth = 0; depth < 64 && fp != 0 && (fp & 7) == 0 && fp > sp; depth++) {
-        uintptr_t saved, ret, context;
-        if (!cc_read_word(fp, &saved) || !cc_read_word(fp + sizeof(uintptr_t), &ret)) return;
+        // The word below the record, the saved frame pointer and the return address: one read.
+        uintptr_t record[3];
+        if (!cc_read_words(fp - sizeof(uintptr_t), record, 3)) return;
+        uintptr_t context = record[0], saved = record[1], ret = record[2];
         // A context lives on the heap or in a task's slab, never on this thread's stack.
-        if (cc_read_word(fp - sizeof(uintptr_t), &context) && context != 0 && (context & 7) == 0 &&
-            (context < sp || context > fp + (1 << 23))) {
+        if (context != 0 && (context & 7) == 0 && (context < sp || context > fp + (1 << 23))) {
             size_t found = 0;
-            while (context != 0 && (context & 7) == 0 && found < max) {
-                uintptr_t parent, resume;
-                if (!cc_read_word(context, &parent) || !cc_read_word(context + sizeof(uintptr_t), &resume) ||
-                    !cc_in_any_module(resume))
-                    break;
-                frames[found++] = resume;
-                if (parent == context) break;
-                context = parent;
+            uintptr_t link[2];  // the parent context, and the function it resumes at
+            while (context != 0 && (context & 7) == 0 && found < max && cc_read_words(context, link, 2) &&
+                   cc_in_any_module(link[1])) {
+                frames[found++] = link[1];
+                if (link[0] == context) break;
+                context = link[0];
             }
             if (found > 0) {
                 *owner = function_pc;
