@@ -273,6 +273,21 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
     if (cc_found.report_trimmed) cc_buf_append_str(b, ",\"threads_trimmed_to_fit\":true");
 }
 
+// One frame: its address, and the module holding it with the offset there when one does.
+static void cc_append_frame(cc_buf *b, const cc_crash *c, uintptr_t pc) {
+    uintptr_t bias = 0;
+    long index = cc_find_module(c->map, pc, &bias);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, pc);
+    if (index >= 0) {
+        cc_buf_append_str(b, ",\"module\":");
+        cc_buf_append_i64(b, index);
+        cc_buf_append_str(b, ",\"offset\":");
+        cc_buf_append_quoted_hex(b, pc - bias);
+    }
+    cc_buf_append_str(b, "}");
+}
+
 static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     // Leave room to close the JSON whatever happens: frames and modules stop early instead.
     size_t limit = b->cap > 4096 ? b->cap - 4096 : 0;
@@ -281,47 +296,18 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     cc_buf_append_str(b, ",\"frames\":[");
     size_t written = 0;
     for (; written < cc_found.frame_count && b->len < limit; written++) {
-        uintptr_t bias = 0;
-        long index = cc_find_module(c->map, cc_found.frames[written], &bias);
         if (written > 0) cc_buf_append_str(b, ",");
-        cc_buf_append_str(b, "{\"pc\":");
-        cc_buf_append_quoted_hex(b, cc_found.frames[written]);
-        if (index >= 0) {
-            cc_buf_append_str(b, ",\"module\":");
-            cc_buf_append_i64(b, index);
-            cc_buf_append_str(b, ",\"offset\":");
-            cc_buf_append_quoted_hex(b, cc_found.frames[written] - bias);
-        }
-        cc_buf_append_str(b, "}");
+        cc_append_frame(b, c, cc_found.frames[written]);
     }
     cc_buf_append_str(b, "],\"frames_truncated\":");
     cc_buf_append_str(b, written < cc_found.frame_count || cc_found.frame_count == CC_MAX_FRAMES ? "true" : "false");
     if (cc_found.async_frame_count > 0) {
-        uintptr_t owner_bias = 0;
-        long owner_index = cc_find_module(c->map, cc_found.async_owner, &owner_bias);
-        cc_buf_append_str(b, ",\"async_owner\":{\"pc\":");
-        cc_buf_append_quoted_hex(b, cc_found.async_owner);
-        if (owner_index >= 0) {
-            cc_buf_append_str(b, ",\"module\":");
-            cc_buf_append_i64(b, owner_index);
-            cc_buf_append_str(b, ",\"offset\":");
-            cc_buf_append_quoted_hex(b, cc_found.async_owner - owner_bias);
-        }
-        cc_buf_append_str(b, "}");
+        cc_buf_append_str(b, ",\"async_owner\":");
+        cc_append_frame(b, c, cc_found.async_owner);
         cc_buf_append_str(b, ",\"async_frames\":[");
         for (size_t i = 0; i < cc_found.async_frame_count && b->len < limit; i++) {
-            uintptr_t bias = 0;
-            long index = cc_find_module(c->map, cc_found.async_frames[i], &bias);
             if (i > 0) cc_buf_append_str(b, ",");
-            cc_buf_append_str(b, "{\"pc\":");
-            cc_buf_append_quoted_hex(b, cc_found.async_frames[i]);
-            if (index >= 0) {
-                cc_buf_append_str(b, ",\"module\":");
-                cc_buf_append_i64(b, index);
-                cc_buf_append_str(b, ",\"offset\":");
-                cc_buf_append_quoted_hex(b, cc_found.async_frames[i] - bias);
-            }
-            cc_buf_append_str(b, "}");
+            cc_append_frame(b, c, cc_found.async_frames[i]);
         }
         cc_buf_append_str(b, "]");
     }
