@@ -223,6 +223,30 @@ void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);
 // The session file's notes area (context, breadcrumbs), or NULL when there is none.
 char *cc_session_notes(void);
+// How long each step of the last install took, for `crash-sample-c measure-install` and the
+// crash benchmark, which report the install target's figure step by step.
+enum {
+    CC_STEP_CONFIGURATION,
+    CC_STEP_DIRECTORY,
+    CC_STEP_CRASH_PATH,
+    CC_STEP_BOUND,
+    CC_STEP_CRASH_FILE,
+    CC_STEP_SESSION_FILE,
+    CC_STEP_MODULES,
+    CC_STEP_LIBUNWIND_LOAD,
+    CC_STEP_LIBUNWIND_FIRST_STEP,
+    CC_STEP_KEPT_FILES,
+    CC_STEP_RUNTIMES,
+    CC_STEP_SIGNALS,
+    CC_STEP_COUNT
+};
+void cc_step_done(int step);
+// libunwind and the Swift and C++ runtimes' hooks (install/runtimes.c).
+void cc_load_libunwind(void);
+void cc_hook_runtimes(void);
+void cc_unhook_runtimes(void);
+// The static properties and the `lib` object, from the configuration (0), or -1 with the error set.
+int cc_build_static_json(const crashcapture_config *config);
 // A property key by the Sensors rules (0), or -1 with the error set; UTF-8 validity.
 int cc_check_key(const char *key);
 bool cc_valid_utf8(const char *s);

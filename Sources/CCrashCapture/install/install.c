@@ -30,30 +30,13 @@ static bool cc_hooks_registered;
 
 static bool cc_valid_distinct_id(const char *id, size_t len);
 
-// How long each step of the last install took, for `crash-sample-c measure-install` and the
-// crash benchmark, which report the install target's figure step by step.
-enum {
-    CC_STEP_CONFIGURATION,
-    CC_STEP_DIRECTORY,
-    CC_STEP_CRASH_PATH,
-    CC_STEP_BOUND,
-    CC_STEP_CRASH_FILE,
-    CC_STEP_SESSION_FILE,
-    CC_STEP_MODULES,
-    CC_STEP_LIBUNWIND_LOAD,
-    CC_STEP_LIBUNWIND_FIRST_STEP,
-    CC_STEP_KEPT_FILES,
-    CC_STEP_RUNTIMES,
-    CC_STEP_SIGNALS,
-    CC_STEP_COUNT
-};
 static const char *const cc_step_names[CC_STEP_COUNT] = {
     "configuration", "directory", "crash_path", "bound", "crash_file", "session_file",
     "modules", "libunwind_load", "libunwind_first_step", "kept_files", "runtimes", "signals"};
 static int64_t cc_step_ns[CC_STEP_COUNT];
 static int64_t cc_step_started_ns;
 
-static void cc_step_done(int step) {
+void cc_step_done(int step) {
     int64_t now = cc_monotonic_ns();
     cc_step_ns[step] = now - cc_step_started_ns;
     cc_step_started_ns = now;
@@ -216,172 +199,6 @@ static int cc_load_distinct_id(int dir_fd, const char *given) {
         return cc_fail("cannot write distinct_id: %s", strerror(errno));
     }
     return 0;
-}
-
-// MARK: - Static JSON
-
-int cc_check_key(const char *key) {
-    size_t n = key != NULL ? strlen(key) : 0;
-    if (n == 0 || n > 100) return cc_fail("property key must be 1 to 100 bytes");
-    if (key[0] == '$') return cc_fail("property key \"%s\": keys starting with $ are reserved for presets", key);
-    for (size_t i = 0; i < n; i++) {
-        char c = key[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (i > 0 && c >= '0' && c <= '9');
-        if (!ok) return cc_fail("property key \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", key);
-    }
-    if (ccf_is_reserved_name(key, n)) return cc_fail("property key \"%s\" is a reserved name", key);
-    return 0;
-}
-
-bool cc_valid_utf8(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        int extra = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
-        if (extra < 0 || (extra == 1 && *p < 0xc2)) return false;
-        p++;
-        for (int i = 0; i < extra; i++, p++)
-            if ((*p & 0xc0) != 0x80) return false;
-    }
-    return true;
-}
-
-static void cc_append_member(cc_buf *b, const char *key, const char *value) {
-    if (b->len > 0) cc_buf_append_str(b, ",");
-    cc_buf_append_json_string(b, key, 256);
-    cc_buf_append_str(b, ":");
-    cc_buf_append_json_string(b, value, 8191);
-}
-
-// Process start in ms since the epoch: /proc/self/stat field 22 counts clock ticks since
-// boot, and CLOCK_BOOTTIME says how long ago boot was (cheaper than reading /proc/stat).
-static int64_t cc_process_start_ms(void) {
-    char buffer[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buffer[n] = '\0';
-    const char *p = strrchr(buffer, ')');
-    if (p == NULL) return 0;
-    unsigned long long start_ticks = 0;
-    // Fields after the command: state is field 3, starttime field 22.
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-               &start_ticks) != 1)
-        return 0;
-    cc_global.start_ticks = start_ticks;
-    long hz = sysconf(_SC_CLK_TCK);
-    struct timespec boot_now;
-    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot_now) != 0) return 0;
-    int64_t since_boot_ms = (int64_t)boot_now.tv_sec * 1000 + boot_now.tv_nsec / 1000000;
-    int64_t started_ms = (int64_t)(start_ticks * 1000 / (unsigned long long)hz);
-    return cc_wall_ms() - (since_boot_ms - started_ms);
-}
-
-static int cc_build_static_json(const crashcapture_config *config) {
-    struct utsname uts;
-    if (uname(&uts) != 0) memset(&uts, 0, sizeof(uts));
-    cc_buf b = {cc_global.static_props, 0, sizeof(cc_global.static_props) - 1, false};
-    cc_append_member(&b, "$app_name", cc_global.app_name);
-    cc_append_member(&b, "$app_version", cc_global.app_version);
-    cc_append_member(&b, "$os", "Linux");
-    cc_append_member(&b, "$os_version", uts.release);
-    cc_append_member(&b, "$model", uts.machine);
-    cc_append_member(&b, "$lib", CCF_LIB_NAME);
-    cc_append_member(&b, "$lib_version", CRASHCAPTURE_VERSION);
-    cc_append_member(&b, "$hostname", uts.nodename);
-    cc_buf_append_str(&b, ",\"$process_start_time\":");
-    cc_buf_append_i64(&b, cc_process_start_ms());
-    for (size_t i = 0; i < config->property_count; i++) {
-        const crashcapture_property *p = &config->properties[i];
-        if (cc_check_key(p->key) != 0) return -1;
-        if (p->value == NULL) return cc_fail("property \"%s\" has no value", p->key);
-        if (strlen(p->value) > 8191) return cc_fail("property \"%s\" is longer than 8191 bytes", p->key);
-        if (!cc_valid_utf8(p->value)) return cc_fail("property \"%s\" is not valid UTF-8", p->key);
-        cc_append_member(&b, p->key, p->value);
-    }
-    if (config->prevalidated_properties_json != NULL && config->prevalidated_properties_json[0] != '\0') {
-        cc_buf_append_str(&b, ",");
-        cc_buf_append_str(&b, config->prevalidated_properties_json);
-    }
-    if (b.overflow) return cc_fail("static properties exceed %zu bytes", sizeof(cc_global.static_props) - 1);
-    cc_global.static_props[b.len] = '\0';
-    cc_global.static_props_len = b.len;
-
-    cc_buf lib = {cc_global.lib_json, 0, sizeof(cc_global.lib_json), false};
-    cc_buf_append_str(&lib, "\"lib\":{\"$lib\":\"" CCF_LIB_NAME "\",\"$lib_version\":\"" CRASHCAPTURE_VERSION
-                            "\",\"$lib_method\":\"autoTrack\",\"$lib_detail\":\"signal handler\",\"$app_version\":");
-    cc_buf_append_json_string(&lib, cc_global.app_version, 200);
-    cc_buf_append_str(&lib, "}");
-    if (lib.overflow) return cc_fail("app version is too long");
-    cc_global.lib_json_len = lib.len;
-    return 0;
-}
-
-// MARK: - Optional runtimes
-
-#define CC_STRINGIFY2(x) #x
-#define CC_STRINGIFY(x) CC_STRINGIFY2(x)
-
-// libunwind makes its pipe (pipe2) in its first step, on the two lowest free descriptors: the
-// two found free just before, if they now hold one pipe, are kept to be checked at a crash.
-static void cc_note_libunwind_pipe(int lowest, int next) {
-    struct stat a, b;
-    if (lowest < 0 || next < 0 || fstat(lowest, &a) != 0 || fstat(next, &b) != 0 || !S_ISFIFO(a.st_mode) ||
-        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-        return;
-    cc_global.unwinder_pipe[0] = lowest;
-    cc_global.unwinder_pipe[1] = next;
-    cc_global.unwinder_pipe_dev = a.st_dev;
-    cc_global.unwinder_pipe_ino = a.st_ino;
-}
-
-// RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where libstdc++ and the
-// Swift runtime would otherwise bind to them instead of libgcc_s.
-static void cc_load_libunwind(void) {
-    if (cc_global.unw_init_local2 != NULL) return;
-    // An escape hatch, and how the frame-pointer fallback is tested: stacks as without libunwind.
-    const char *disabled = getenv("CRASHCAPTURE_NO_LIBUNWIND");
-    if (disabled != NULL && disabled[0] != '\0' && strcmp(disabled, "0") != 0) return;
-    void *handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    cc_step_done(CC_STEP_LIBUNWIND_LOAD);
-    if (handle == NULL) return;
-    cc_unw_init_local2_fn init = (cc_unw_init_local2_fn)dlsym(handle, CC_STRINGIFY(unw_init_local2));
-    cc_unw_step_fn step = (cc_unw_step_fn)dlsym(handle, CC_STRINGIFY(unw_step));
-    cc_unw_get_reg_fn get_reg = (cc_unw_get_reg_fn)dlsym(handle, CC_STRINGIFY(unw_get_reg));
-    if (init == NULL || step == NULL || get_reg == NULL) return;
-    cc_global.unw_step = step;
-    cc_global.unw_get_reg = get_reg;
-    cc_global.unw_init_local2 = init;
-    // libunwind sets itself up on first use: memory pools mapped, the pipe it probes memory
-    // with opened. One step here does that now rather than in the crash handler.
-    cc_unw_getcontext_fn getcontext = (cc_unw_getcontext_fn)dlsym(handle, CC_STRINGIFY(unw_tdep_getcontext));
-    unw_context_t context;
-    unw_cursor_t cursor;
-    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC), next = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (lowest >= 0) close(lowest);
-    if (next >= 0) close(next);
-    if (getcontext != NULL && getcontext(&context) == 0 && init(&cursor, &context, 0) == 0) step(&cursor);
-    cc_note_libunwind_pipe(lowest, next);
-}
-
-static void cc_hook_runtimes(void) {
-    typedef _Atomic(const char *) *(*fatal_buffer_fn)(void);
-    fatal_buffer_fn fatal_buffer = (fatal_buffer_fn)dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
-    if (fatal_buffer != NULL) cc_global.swift_fatal_message = fatal_buffer();
-
-    cc_global.set_terminate = (void *(*)(void (*)(void)))dlsym(RTLD_DEFAULT, "_ZSt13set_terminatePFvvE");
-    cc_global.cxa_current_exception_type = (void *(*)(void))dlsym(RTLD_DEFAULT, "__cxa_current_exception_type");
-    if (cc_global.set_terminate != NULL) {
-        cc_exception_message_prepare();
-        cc_global.previous_terminate = (void (*)(void))cc_global.set_terminate(cc_terminate_handler);
-    }
-}
-
-static void cc_unhook_runtimes(void) {
-    if (cc_global.set_terminate == NULL) return;
-    void (*current)(void) = (void (*)(void))cc_global.set_terminate(cc_global.previous_terminate);
-    if (current != cc_terminate_handler) cc_global.set_terminate(current);  // someone replaced us: keep theirs
 }
 
 // MARK: - Signals
