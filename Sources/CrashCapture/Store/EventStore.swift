@@ -46,8 +46,8 @@ package final class EventStore: @unchecked Sendable {
 
     var connection: SQLiteConnection!
     let lock = StoreLock()
-    private var eventCount = 0
-    private var eventBytes = 0
+    var eventCount = 0
+    var eventBytes = 0
     /// Every row up to this sequence number was delivered and is no longer counted, but is
     /// still in the table: deleting a batch's rows in the commit that acknowledges it wrote
     /// about fifteen pages into the WAL for each batch of 50, most of the uploader's
@@ -55,10 +55,10 @@ package final class EventStore: @unchecked Sendable {
     /// commit, so a crash re-sends nothing more than before; the rows go in bulk
     /// (`purgeAcknowledged`) every `purgeRows`, when the queue runs dry, and at open.
     /// Delivered rows are always the oldest, so every newer row's sequence number is larger.
-    private var acknowledgedThrough: Int64 = 0
-    private var acknowledgedRows = 0
+    var acknowledgedThrough: Int64 = 0
+    var acknowledgedRows = 0
     static let purgeRows = 1000
-    private var nextToken: Int64 = 1
+    var nextToken: Int64 = 1
     private let checkpointPages: Int
     private let backgroundCheckpoints: Bool
     private var checkpointer: BackgroundCheckpointer?
@@ -66,7 +66,7 @@ package final class EventStore: @unchecked Sendable {
     /// overlapping. Kept here, not in the table: a claim then writes nothing (marking the rows
     /// rewrote their pages into the WAL, as much as the delete that follows), and a claim
     /// never outlived its process anyway (the rows went back in line at the next open).
-    private var inFlight: [Int64: ClosedRange<Int64>] = [:]
+    var inFlight: [Int64: ClosedRange<Int64>] = [:]
     private var insertStatement: SQLiteStatement!
     private var rememberStatement: SQLiteStatement!
     private var seenStatement: SQLiteStatement!
@@ -210,7 +210,7 @@ package final class EventStore: @unchecked Sendable {
 
     /// One transaction that changes the events: the totals are saved with it, and restored
     /// from the store if it is rolled back.
-    private func change<T>(_ body: () throws -> T) throws -> T {
+    func change<T>(_ body: () throws -> T) throws -> T {
         do {
             return try connection.transaction {
                 let result = try body()
@@ -330,21 +330,6 @@ package final class EventStore: @unchecked Sendable {
             "INSERT OR IGNORE INTO events(event_id, payload, bytes, context) VALUES (?, ?, ?, ?)")
         rememberStatement = try connection.prepare("INSERT OR IGNORE INTO imported_ids(event_id) VALUES (?)")
         seenStatement = try connection.prepare("SELECT 1 FROM imported_ids WHERE event_id = ?")
-    }
-
-    /// How far a session's journal has been imported, and the ids its next entries carry.
-    package struct JournalMark: Sendable, Equatable {
-        package var sessionID: String
-        package var position: UInt64
-        package var distinctID: String
-        package var loginID: String?
-
-        package init(sessionID: String, position: UInt64, distinctID: String, loginID: String?) {
-            self.sessionID = sessionID
-            self.position = position
-            self.distinctID = distinctID
-            self.loginID = loginID
-        }
     }
 
     /// Appends events in the given order in one transaction. An event id already present (or,
@@ -488,89 +473,6 @@ package final class EventStore: @unchecked Sendable {
         return ends("-start") || ends("-end")
     }
 
-    private func save(_ mark: JournalMark) throws {
-        let save = try statement(
-            "INSERT OR REPLACE INTO journal_marks(session_id, position, distinct_id, login_id) VALUES (?, ?, ?, ?)")
-        try save.bind(1, mark.sessionID)
-        try save.bind(2, Int64(bitPattern: mark.position))
-        try save.bind(3, mark.distinctID)
-        if let login = mark.loginID { try save.bind(4, login) } else { try save.bindNull(4) }
-        _ = try save.step()
-    }
-
-    /// Where a session's journal import stands, if it was ever started.
-    package func journalMark(session sessionID: String) throws -> JournalMark? {
-        lock.lock()
-        defer { lock.unlock() }
-        let select = try statement("SELECT position, distinct_id, login_id FROM journal_marks WHERE session_id = ?")
-        defer { select.reset() }
-        try select.bind(1, sessionID)
-        guard try select.step() else { return nil }
-        return JournalMark(
-            sessionID: sessionID, position: UInt64(bitPattern: select.int64(0)), distinctID: select.text(1),
-            loginID: select.isNull(2) ? nil : select.text(2))
-    }
-
-    /// The session file is gone: its mark is no longer needed.
-    package func forgetJournal(session sessionID: String) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        let delete = try statement("DELETE FROM journal_marks WHERE session_id = ?")
-        try delete.bind(1, sessionID)
-        _ = try delete.step()
-    }
-
-    /// Notes one crash of `fingerprint` (idempotent per event id) and returns how many crashes of
-    /// it fall in the `window` ms before and including `timeMilliseconds`, this one included,
-    /// with the first of them. Occurrences older than a day are forgotten as new ones come.
-    package func noteCrash(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws -> (
-        count: Int, firstMilliseconds: Int64
-    ) {
-        lock.lock()
-        defer { lock.unlock() }
-        return try noteCrashLocked(
-            fingerprint: fingerprint, eventID: eventID, timeMilliseconds: timeMilliseconds, window: window)
-    }
-
-    private func noteCrashLocked(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws
-        -> (count: Int, firstMilliseconds: Int64)
-    {
-        let note = try statement(
-            "INSERT OR IGNORE INTO crash_occurrences(fingerprint, event_id, time_ms) VALUES (?, ?, ?)")
-        try note.bind(1, fingerprint)
-        try note.bind(2, eventID)
-        try note.bind(3, timeMilliseconds)
-        _ = try note.step()
-        let isNew = connection.changes > 0
-        let forget = try statement("DELETE FROM crash_occurrences WHERE time_ms < ?")
-        try forget.bind(1, timeMilliseconds - max(window, 86_400_000))
-        _ = try forget.step()
-        // One row per fingerprint counts the run of crashes that started within the window:
-        // counting the occurrences themselves cost a scan per crash, quadratic in a crash loop.
-        let run = try statement("SELECT first_ms, count FROM crash_runs WHERE fingerprint = ?")
-        try run.bind(1, fingerprint)
-        var first = timeMilliseconds
-        var count = 1
-        if try run.step() {
-            let runFirst = run.int64(0)
-            let runCount = Int(run.int64(1))
-            if timeMilliseconds - runFirst <= window && timeMilliseconds >= runFirst - window {
-                first = min(runFirst, timeMilliseconds)
-                count = isNew ? runCount + 1 : runCount
-            } else if !isNew {
-                return (runCount, runFirst)
-            }
-        }
-        let save = try statement(
-            "INSERT INTO crash_runs(fingerprint, first_ms, count) VALUES (?, ?, ?) "
-                + "ON CONFLICT(fingerprint) DO UPDATE SET first_ms = excluded.first_ms, count = excluded.count")
-        try save.bind(1, fingerprint)
-        try save.bind(2, first)
-        try save.bind(3, Int64(count))
-        _ = try save.step()
-        return (count, first)
-    }
-
     /// Whether an event id was ever stored with its id remembered (a lifecycle event, an import).
     package func hasRemembered(_ id: String) throws -> Bool {
         lock.lock()
@@ -632,159 +534,6 @@ package final class EventStore: @unchecked Sendable {
         eventCount = count
         eventBytes = bytes
         return dropped
-    }
-
-    /// The oldest events not yet in flight, claimed under a new token.
-    package func claimBatch(limit: Int) throws -> Batch? {
-        lock.lock()
-        defer { lock.unlock() }
-        return try claim(limit: limit).map(register)
-    }
-
-    /// `done` was accepted: its events leave the store; and the next batch is claimed. One
-    /// transaction for both, because an upload does this for every batch.
-    package func completeAndClaim(_ done: Batch?, limit: Int) throws -> Batch? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let done else { return try claim(limit: limit).map(register) }
-        let next = try change {
-            try acknowledge(done)
-            let next = try claim(limit: limit)
-            if next == nil || acknowledgedRows >= Self.purgeRows { try purgeAcknowledged() }
-            return next
-        }
-        // Only once the transaction is committed: a failed one changed nothing.
-        inFlight[done.token] = nil
-        return next.map(register)
-    }
-
-    private func isInFlight(_ sequence: Int64) -> Bool { inFlight.values.contains { $0.contains(sequence) } }
-
-    /// The oldest rows in no batch in flight, up to `limit`, stopping short of the next batch
-    /// in flight so that a batch is one range of the table that holds no other batch's rows.
-    private func claim(limit: Int) throws -> [Event]? {
-        let select = try statement(
-            "SELECT seq, event_id, \(Self.payloadColumn) FROM events WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?")
-        var after = acknowledgedThrough
-        for range in inFlight.values.sorted(by: { $0.lowerBound < $1.lowerBound }) + [Int64.max...Int64.max] {
-            if range.lowerBound > after + 1 {
-                defer { select.reset() }
-                try select.bind(1, after)
-                try select.bind(2, range.lowerBound)
-                try select.bind(3, Int64(max(1, limit)))
-                var events: [Event] = []
-                while try select.step() {
-                    events.append(Event(sequence: select.int64(0), eventID: select.text(1), payload: select.text(2)))
-                }
-                if !events.isEmpty { return events }
-            }
-            after = max(after, range.upperBound)
-        }
-        return nil
-    }
-
-    private func register(_ events: [Event]) -> Batch {
-        let token = nextToken
-        nextToken += 1
-        inFlight[token] = events[0].sequence...events[events.count - 1].sequence
-        return Batch(token: token, events: events)
-    }
-
-    /// Binds a batch's sequence range to a statement that ends in `batchClause` (the primary
-    /// key: no operation on a batch scans the table). A batch no longer in flight (released,
-    /// or from an earlier store) binds an empty range.
-    private static let batchClause = "seq BETWEEN ? AND ?"
-
-    private func bind(_ batch: Batch, to statement: SQLiteStatement, from index: Int32) throws {
-        let range = inFlight[batch.token]
-        try statement.bind(index, range?.lowerBound ?? 0)
-        try statement.bind(index + 1, range?.upperBound ?? -1)
-    }
-
-    /// Takes a batch's rows out of the in-memory counts, then out of the table.
-    private func remove(_ batch: Batch) throws {
-        _ = try countOut(batch)
-        let delete = try statement("DELETE FROM events WHERE \(Self.batchClause)")
-        try bind(batch, to: delete, from: 1)
-        _ = try delete.step()
-    }
-
-    /// A delivered batch leaves the counts at once and the table later: when it is the oldest
-    /// undelivered range, the mark moves past it; otherwise (batches completed out of order)
-    /// its rows are deleted now.
-    private func acknowledge(_ batch: Batch) throws {
-        guard let range = inFlight[batch.token] else { return }
-        let older = try statement("SELECT EXISTS(SELECT 1 FROM events WHERE seq > ? AND seq < ?)")
-        try older.bind(1, acknowledgedThrough)
-        try older.bind(2, range.lowerBound)
-        let undeliveredBefore = try older.step() && older.int64(0) != 0
-        older.reset()
-        if undeliveredBefore { return try remove(batch) }
-        acknowledgedRows += try countOut(batch)
-        acknowledgedThrough = range.upperBound
-    }
-
-    /// Takes a batch's rows out of the in-memory counts; how many there were.
-    private func countOut(_ batch: Batch) throws -> Int {
-        let counted = try statement("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM events WHERE \(Self.batchClause)")
-        try bind(batch, to: counted, from: 1)
-        defer { counted.reset() }
-        guard try counted.step() else { return 0 }
-        eventCount -= Int(counted.int64(0))
-        eventBytes -= Int(counted.int64(1))
-        return Int(counted.int64(0))
-    }
-
-    /// Deletes the delivered rows in one statement. The mark goes back to 0: with those rows
-    /// gone, a new row may take a sequence number at or below it.
-    private func purgeAcknowledged() throws {
-        guard acknowledgedThrough > 0 else { return }
-        let purge = try statement("DELETE FROM events WHERE seq <= ?")
-        try purge.bind(1, acknowledgedThrough)
-        _ = try purge.step()
-        acknowledgedThrough = 0
-        acknowledgedRows = 0
-    }
-
-    /// The batch was accepted: its events leave the store.
-    package func complete(_ batch: Batch) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        try change {
-            try acknowledge(batch)
-            // The only batch out was this one: an upload ends here (its queue ran dry, or it stops).
-            if acknowledgedRows >= Self.purgeRows || inFlight.count == 1 { try purgeAcknowledged() }
-        }
-        inFlight[batch.token] = nil
-    }
-
-    /// The attempt failed in a way worth retrying: the events go back in line, in place.
-    package func release(_ batch: Batch) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        inFlight[batch.token] = nil
-    }
-
-    /// The server refused the batch as malformed: keep its events aside, out of the queue,
-    /// for a person to inspect (`rejected_events`), rather than retry forever or lose them.
-    package func reject(_ batch: Batch, status: Int, reason: String) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try change {
-            let move = try connection.prepare(
-                """
-                INSERT OR REPLACE INTO rejected_events(event_id, payload, status, reason, rejected_ms)
-                SELECT event_id, \(Self.payloadColumn), ?, ?, ? FROM events WHERE \(Self.batchClause)
-                """)
-            try move.bind(1, Int64(status))
-            try move.bind(2, reason)
-            try move.bind(3, now)
-            try bind(batch, to: move, from: 4)
-            try move.step()
-            try remove(batch)
-        }
-        inFlight[batch.token] = nil
     }
 
     /// Events in order, after a sequence number (for inspection and the collector's GET /events).

@@ -1,0 +1,125 @@
+internal import CSQLite
+internal import Foundation
+
+/// One crash of the store's history: every crash imported, kept after its event is uploaded
+/// and deleted, for `crashcap list` (as `coredumpctl list` lists core dumps). The newest
+/// `EventStore.crashHistoryKept` are kept.
+package struct CrashHistoryEntry: Sendable, Equatable {
+    package var eventID: String
+    package var timeMilliseconds: Int64
+    package var signal: String
+    package var title: String
+    package var fingerprint: String
+    package var appVersion: String
+
+    package init(
+        eventID: String, timeMilliseconds: Int64, signal: String, title: String, fingerprint: String,
+        appVersion: String
+    ) {
+        self.eventID = eventID
+        self.timeMilliseconds = timeMilliseconds
+        self.signal = signal
+        self.title = title
+        self.fingerprint = fingerprint
+        self.appVersion = appVersion
+    }
+}
+
+extension EventStore {
+    /// Notes one crash of `fingerprint` (idempotent per event id) and returns how many crashes of
+    /// it fall in the `window` ms before and including `timeMilliseconds`, this one included,
+    /// with the first of them. Occurrences older than a day are forgotten as new ones come.
+    package func noteCrash(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws -> (
+        count: Int, firstMilliseconds: Int64
+    ) {
+        lock.lock()
+        defer { lock.unlock() }
+        return try noteCrashLocked(
+            fingerprint: fingerprint, eventID: eventID, timeMilliseconds: timeMilliseconds, window: window)
+    }
+
+    func noteCrashLocked(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws
+        -> (count: Int, firstMilliseconds: Int64)
+    {
+        let note = try statement(
+            "INSERT OR IGNORE INTO crash_occurrences(fingerprint, event_id, time_ms) VALUES (?, ?, ?)")
+        try note.bind(1, fingerprint)
+        try note.bind(2, eventID)
+        try note.bind(3, timeMilliseconds)
+        _ = try note.step()
+        let isNew = connection.changes > 0
+        let forget = try statement("DELETE FROM crash_occurrences WHERE time_ms < ?")
+        try forget.bind(1, timeMilliseconds - max(window, 86_400_000))
+        _ = try forget.step()
+        // One row per fingerprint counts the run of crashes that started within the window:
+        // counting the occurrences themselves cost a scan per crash, quadratic in a crash loop.
+        let run = try statement("SELECT first_ms, count FROM crash_runs WHERE fingerprint = ?")
+        try run.bind(1, fingerprint)
+        var first = timeMilliseconds
+        var count = 1
+        if try run.step() {
+            let runFirst = run.int64(0)
+            let runCount = Int(run.int64(1))
+            if timeMilliseconds - runFirst <= window && timeMilliseconds >= runFirst - window {
+                first = min(runFirst, timeMilliseconds)
+                count = isNew ? runCount + 1 : runCount
+            } else if !isNew {
+                return (runCount, runFirst)
+            }
+        }
+        let save = try statement(
+            "INSERT INTO crash_runs(fingerprint, first_ms, count) VALUES (?, ?, ?) "
+                + "ON CONFLICT(fingerprint) DO UPDATE SET first_ms = excluded.first_ms, count = excluded.count")
+        try save.bind(1, fingerprint)
+        try save.bind(2, first)
+        try save.bind(3, Int64(count))
+        _ = try save.step()
+        return (count, first)
+    }
+
+    /// Crashes kept in the history at most; the oldest go first.
+    package static let crashHistoryKept = 1000
+
+    /// The crash history, newest first.
+    package func crashHistory(limit: Int = EventStore.crashHistoryKept) throws -> [CrashHistoryEntry] {
+        lock.lock()
+        defer { lock.unlock() }
+        let select = try connection.prepare(
+            "SELECT event_id, time_ms, signal, title, fingerprint, app_version FROM crash_history "
+                + "ORDER BY time_ms DESC, event_id DESC LIMIT ?")
+        try select.bind(1, Int64(limit))
+        var entries: [CrashHistoryEntry] = []
+        while try select.step() {
+            entries.append(
+                CrashHistoryEntry(
+                    eventID: select.text(0), timeMilliseconds: select.int64(1), signal: select.text(2),
+                    title: select.text(3), fingerprint: select.text(4), appVersion: select.text(5)))
+        }
+        return entries
+    }
+
+    /// Notes one imported crash; inside the transaction that imports it, so the two agree.
+    func noteCrashInHistoryLocked(_ entry: CrashHistoryEntry) throws {
+        let note = try statement(
+            "INSERT OR IGNORE INTO crash_history(event_id, time_ms, signal, title, fingerprint, app_version) "
+                + "VALUES (?, ?, ?, ?, ?, ?)")
+        try note.bind(1, entry.eventID)
+        try note.bind(2, entry.timeMilliseconds)
+        try note.bind(3, entry.signal)
+        try note.bind(4, entry.title)
+        try note.bind(5, entry.fingerprint)
+        try note.bind(6, entry.appVersion)
+        _ = try note.step()
+        let trim = try statement(
+            "DELETE FROM crash_history WHERE event_id NOT IN "
+                + "(SELECT event_id FROM crash_history ORDER BY time_ms DESC, event_id DESC LIMIT ?)")
+        try trim.bind(1, Int64(Self.crashHistoryKept))
+        _ = try trim.step()
+    }
+}
+
+extension EventStore.Transaction {
+    package func noteCrashInHistory(_ entry: CrashHistoryEntry) throws {
+        try store.noteCrashInHistoryLocked(entry)
+    }
+}
