@@ -22,7 +22,7 @@ import Testing
     }
 
     func writeLog(_ directory: String) throws -> (path: String, tail: String) {
-        let path = directory + "/../app.log"
+        let path = makeTemporaryDirectory("notes-log") + "/app.log"
         let text = (0..<300).map { String(format: "line %04d\n", $0) }.joined()
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         return (path, String(text.suffix(1000)))
