@@ -56,6 +56,18 @@ import Testing
         #expect(pipeline.store.count == 4000)
     }
 
+    /// A bound too long to add to the clock (a Duration of Int64.max seconds) waits, as a long
+    /// bound does: it does not wrap around into no wait at all.
+    @Test func anEnormousBoundStillWaits() throws {
+        let (pipeline, held, group, _) = try burstIntoAHeldWriter(fullJournalWait: .seconds(Int64.max))
+        #expect(group.wait(timeout: .now() + 0.2) == .timedOut)
+        held.signal()
+        #expect(group.wait(timeout: .now() + 30) == .success)
+        pipeline.flushToStore()
+        #expect(pipeline.droppedBeforeStore == 0)
+        #expect(pipeline.store.count == 4000)
+    }
+
     /// Past the bound an event is dropped and counted, and while the writer stays stuck nobody
     /// waits again: 4,000 calls end in far less than 4,000 bounds. Once the writer stores
     /// again, track() has room and drops nothing more.

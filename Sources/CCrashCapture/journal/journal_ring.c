@@ -178,7 +178,8 @@ int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const vo
         // like a full ring, and the compare-and-swap below fails anyway and brings it up to date.
         if (position + size > consumed && position + size - consumed > j->size) {
             uint64_t now = (uint64_t)cc_monotonic_ns();
-            if (deadline == 0) deadline = (int64_t)now + wait_ns;
+            // Saturating: a bound too long to add to the clock means no deadline at all.
+            if (deadline == 0) deadline = wait_ns > INT64_MAX - (int64_t)now ? INT64_MAX : (int64_t)now + wait_ns;
             if (atomic_load_explicit(&j->closed, memory_order_relaxed)) return cc_journal_drop(j, -1);
             if (wait_ns <= 0 || atomic_load_explicit(&j->stalled, memory_order_relaxed) || (int64_t)now >= deadline) {
                 if (wait_ns > 0) atomic_store_explicit(&j->stalled, true, memory_order_relaxed);

@@ -79,10 +79,10 @@ final class EventPipeline: @unchecked Sendable {
         self.tracksLifecycle = tracksLifecycle
         self.fullJournalWait = fullJournalWait
         let (seconds, attoseconds) = fullJournalWait.components
-        fullJournalWaitNs = max(
-            0,
-            seconds.multipliedReportingOverflow(by: 1_000_000_000).overflow
-                ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        // Nanoseconds, saturating: a bound past Int64's nanoseconds is no bound at all.
+        let whole = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let total = whole.partialValue.addingReportingOverflow(attoseconds / 1_000_000_000)
+        fullJournalWaitNs = whole.overflow || total.overflow ? Int64.max : max(0, total.partialValue)
         self.store = store
         self.identity = identity
         self.uploader = uploader
