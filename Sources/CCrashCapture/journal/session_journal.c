@@ -34,6 +34,7 @@ typedef struct cc_session_file {
     char *ring;          // in the file's mapping, or anonymous memory when the file has no ring
     char *notes;         // the notes area, in the header's mapping
     _Atomic(char *) ring_published;  // the C API's ring, once made (cc_session_journal_for_events)
+    _Atomic bool notes_allocated;    // the notes area's pages exist in the file
     uint64_t ring_size;
     bool ring_in_file;
     bool sdk;            // created by crashcapture_install_sdk: the SDK retires it after its $AppEnd
@@ -277,14 +278,6 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     // back when it is first written (disk full) would raise SIGBUS in track().
     *step = "reserving space for the journal";
     if (ring_in_file > 0 && posix_fallocate(fd, 0, (off_t)(header_size + ring_in_file)) != 0) ring_in_file = 0;
-    // The notes are written through the mapping: their pages must exist in the file, or a
-    // store to them would raise SIGBUS. Without a ring, the header alone is allocated; where
-    // even that finds no room, the session goes on without notes.
-    if (notes_offset > 0 && ring_in_file == 0 && posix_fallocate(fd, 0, (off_t)header_size) != 0) {
-        notes_offset = 0;
-        cc_put_u32(header + CCF_SESSION_AT_NOTES_OFFSET, 0);
-        cc_put_u32(header + CCF_SESSION_AT_NOTES_SIZE, 0);
-    }
     cc_put_u64(header + CCF_SESSION_AT_RING_SIZE, ring_in_file);
     // One write of the fixed header and the context; without a ring the file may end there
     // (a reader takes what is missing of the header page as zeros, and the mapping's last page
@@ -314,6 +307,10 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     madvise(mapped, header_size + ring_in_file, MADV_DONTFORK);
     cc_session.fd = fd;
     cc_session.notes = notes_offset > 0 ? mapped + notes_offset : NULL;
+    // The notes are written through the mapping: their pages must exist in the file, or a
+    // store to them would raise SIGBUS. With a ring they do; without one they are allocated
+    // when the app first notes something (cc_session_notes), as most C processes never do.
+    atomic_store(&cc_session.notes_allocated, ring_in_file > 0);
     cc_session.header = mapped;
     cc_session.header_size = header_size;
     cc_session.sdk = sdk;
@@ -386,8 +383,18 @@ void cc_session_file_close(bool remove) {
 
 bool cc_session_file_is_sdk(void) { return cc_session.sdk; }
 
+static pthread_mutex_t cc_notes_allocation_lock = PTHREAD_MUTEX_INITIALIZER;
+
 char *cc_session_notes(void) {
-    return cc_session.header != NULL && !atomic_load(&cc_session.detached) ? cc_session.notes : NULL;
+    if (cc_session.header == NULL || atomic_load(&cc_session.detached) || cc_session.notes == NULL) return NULL;
+    if (atomic_load_explicit(&cc_session.notes_allocated, memory_order_acquire)) return cc_session.notes;
+    pthread_mutex_lock(&cc_notes_allocation_lock);
+    if (!atomic_load(&cc_session.notes_allocated) && cc_session.fd >= 0 &&
+        posix_fallocate(cc_session.fd, 0, (off_t)cc_session.header_size) == 0)
+        atomic_store_explicit(&cc_session.notes_allocated, true, memory_order_release);
+    pthread_mutex_unlock(&cc_notes_allocation_lock);
+    // No room on the disk for them: the session goes on without notes.
+    return atomic_load(&cc_session.notes_allocated) ? cc_session.notes : NULL;
 }
 
 
