@@ -268,6 +268,26 @@ func trackUntilKilled() -> Never {
     return await asyncLevel2() + opaque(1)
 }
 
+// A task that runs (spins) three async calls deep while the main thread crashes: its thread's
+// report shows the task's [async] callers too.
+nonisolated(unsafe) var spinning = true
+@inline(never) func spinLevel3() async -> Int {
+    await Task.yield()
+    // Blocked in the kernel, still inside the task: the thread's stack shows it mid-call.
+    while opaque(spinning) { usleep(1000) }
+    return 0
+}
+
+@inline(never) func spinLevel2() async -> Int {
+    await Task.yield()
+    return await spinLevel3() + opaque(1)
+}
+
+@inline(never) func spinLevel1() async -> Int {
+    await Task.yield()
+    return await spinLevel2() + opaque(1)
+}
+
 let swiftKindNames = [
     "swift-fatal-error", "swift-force-unwrap", "swift-array-index", "swift-integer-overflow", "swift-divide-by-zero",
     "swift-precondition", "swift-try-bang", "swift-unowned", "swift-null-read", "swift-stack-overflow",
@@ -285,6 +305,10 @@ func runSwiftKind(_ name: String) -> Bool {
     case "swift-unowned": _ = crashSwiftUnowned()
     case "swift-null-read": _ = crashSwiftNullRead()
     case "swift-stack-overflow": _ = crashSwiftRecursion(0)
+    case "swift-async-other-task":
+        Task.detached { _ = await spinLevel1() }
+        usleep(200_000)
+        _ = crashSwiftNullRead()
     case "swift-async-deep":
         let done = DispatchSemaphore(value: 0)
         Task.detached {
@@ -302,7 +326,7 @@ func allKinds() -> [String] {
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
-            "pipeline-last-run", "pipeline-login-crash", "swift-async-deep",
+            "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
             "pipeline-fork",
         ]

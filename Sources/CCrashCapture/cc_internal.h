@@ -33,6 +33,7 @@
 #define CC_MAX_THREADS 512       // other threads captured at most; the rest are counted
 #define CC_THREAD_FRAMES 128     // frames per other thread
 #define CC_MAX_ASYNC_FRAMES 64   // [async] callers of the crashing thread
+#define CC_THREAD_ASYNC_FRAMES 16  // [async] callers of each other thread running a task
 #define CC_THREAD_ANSWER_NS (100 * 1000000LL)  // how long the other threads have to answer
 #define CC_ALTSTACK_SIZE (64 * 1024)
 // The start of a named crash file written with zeros at install (a report of up to 64 threads).
@@ -60,6 +61,9 @@ typedef struct cc_module {
 
 typedef struct cc_module_map {
     size_t count;
+    // libswift_Concurrency's addresses, when the process loaded it: a thread with a frame there
+    // runs a Swift task, and only such threads have their async context chain followed.
+    uintptr_t concurrency_start, concurrency_end;
     cc_module modules[CC_MAX_MODULES];
     size_t json_len;
     char json[CC_MODULE_JSON_CAPACITY];  // `{"path":..,"base":..,"build_id":..},...` no brackets
@@ -280,6 +284,10 @@ typedef struct cc_thread_slot {
     volatile size_t frame_count;
     ucontext_t context;
     uintptr_t frames[CC_THREAD_FRAMES];
+    // Its task's [async] callers, when it runs one (cc_walk_async_chain).
+    volatile size_t async_frame_count;
+    volatile uintptr_t async_owner;
+    uintptr_t async_frames[CC_THREAD_ASYNC_FRAMES];
 } cc_thread_slot;
 void cc_thread_capture_handler(int signo, siginfo_t *info, void *context);
 void cc_threads_note_waiting_crasher(pid_t tid);

@@ -40,6 +40,9 @@ public struct CrashReport: @unchecked Sendable {
         public let whyNotCaptured: String?
         public let frames: [Frame]
         public let unwindFaulted: Bool
+        /// Its task's [async] callers when it ran one (see `CrashReport.asyncFrames`).
+        public var asyncFrames: [Frame] = []
+        public var asyncOwner: Frame? = nil
     }
 
     /// Bytes read at the crash where they were readable: the top of the crashing thread's
@@ -216,7 +219,12 @@ public struct CrashReport: @unchecked Sendable {
                 crashedToo: thread["crashed_too"] as? Bool ?? false,
                 captured: crashed || thread["captured"] as? Bool ?? false, whyNotCaptured: thread["why"] as? String,
                 frames: crashed ? frames : addresses.map(frame),
-                unwindFaulted: thread["unwind_faulted"] as? Bool ?? false)
+                unwindFaulted: thread["unwind_faulted"] as? Bool ?? false,
+                asyncFrames: (thread["async_frames"] as? [String] ?? []).prefix(maximumThreadFrames).compactMap {
+                    hex($0)
+                }
+                .map(frame),
+                asyncOwner: hex(thread["async_owner"]).map(frame))
         }
     }
 

@@ -174,20 +174,53 @@ public final class Symbolicator: @unchecked Sendable {
     /// not a return address. Empty when the function that held the chain is not a Swift async
     /// function, so a word that only looked like an async context names nothing.
     public func symbolicateAsyncFrames(of report: CrashReport) -> [Symbol] {
-        guard let owner = report.asyncOwner, !report.asyncFrames.isEmpty,
-            let ownerModule = owner.module, ownerModule < report.modules.count, let ownerOffset = owner.offset
-        else { return [] }
-        let module = report.modules[ownerModule]
-        let held = symbolicate(
-            modulePath: module.path, buildID: module.buildID, offset: ownerOffset, isReturnAddress: true)
-        guard Self.isSwiftAsync(held.expanded.last?.linkageName ?? held.linkageName) else { return [] }
-        return report.asyncFrames.map { frame in
-            guard let index = frame.module, index < report.modules.count, let offset = frame.offset else {
+        symbolicateAsyncFrames(
+            report.asyncFrames, owner: report.asyncOwner, stack: report.frames, modules: report.modules)
+    }
+
+    /// The same for one of the other threads.
+    public func symbolicateAsyncFrames(of thread: CrashReport.Thread, in report: CrashReport) -> [Symbol] {
+        symbolicateAsyncFrames(
+            thread.asyncFrames, owner: thread.asyncOwner, stack: thread.frames, modules: report.modules)
+    }
+
+    /// `owner` is a pc of the function whose frame record held the chain. A thread stopped in a
+    /// leaf that makes no frame of its own has its first frame there, and the record is its
+    /// caller's: the stack's second frame.
+    func symbolicateAsyncFrames(
+        _ frames: [CrashReport.Frame], owner: CrashReport.Frame?, stack: [CrashReport.Frame],
+        modules: [CrashReport.Module]
+    ) -> [Symbol] {
+        guard let owner, !frames.isEmpty else { return [] }
+        func isAsync(_ frame: CrashReport.Frame, returnAddress: Bool) -> Bool {
+            guard let index = frame.module, index < modules.count, let offset = frame.offset else { return false }
+            let module = modules[index]
+            let held = symbolicate(
+                modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: returnAddress)
+            return Self.isSwiftAsync(held.expanded.last?.linkageName ?? held.linkageName)
+        }
+        // Stopped in code that makes no frame of its own (libc, a runtime leaf): the record is
+        // that of the first Swift function below it.
+        let leaf = stack.first?.pc == owner.pc
+        let holder =
+            leaf
+            ? stack.dropFirst().prefix(8).first { frame in
+                guard let index = frame.module, index < modules.count else { return false }
+                return !Self.isToolchainOrSystem(modules[index].path)
+            } : owner
+        guard let holder, isAsync(holder, returnAddress: holder.pc != stack.first?.pc) else { return [] }
+        return frames.map { frame in
+            guard let index = frame.module, index < modules.count, let offset = frame.offset else {
                 return Symbol(module: "???", note: "address outside every known module")
             }
-            let module = report.modules[index]
+            let module = modules[index]
             return symbolicate(modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: false)
         }
+    }
+
+    /// libc, the loader and the toolchain's libraries: never the app's async function.
+    static func isToolchainOrSystem(_ path: String) -> Bool {
+        CrashFingerprint.isSystemModule((path as NSString).lastPathComponent)
     }
 
     /// Whether a mangled Swift name is an async function or one of its resume partial

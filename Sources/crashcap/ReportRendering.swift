@@ -121,14 +121,23 @@ enum ReportRendering {
     ) -> [String] {
         let symbols = symbolicator.symbolicateAsyncFrames(of: report)
         guard !symbols.isEmpty else { return [] }
-        var lines = [style.bold("async callers") + ":"]
+        return [style.bold("async callers") + ":"]
+            + asyncFrameLines(report.asyncFrames, symbols: symbols, options: options, style: style, indent: "  ")
+    }
+
+    /// `[async]` frames, system ones folded unless `--all-frames`.
+    static func asyncFrameLines(
+        _ frames: [CrashReport.Frame], symbols: [Symbolicator.Symbol], options: RenderOptions, style: TextStyle,
+        indent: String
+    ) -> [String] {
+        var lines: [String] = []
         var hidden = 0
-        for (index, (frame, symbol)) in zip(report.asyncFrames, symbols).enumerated() {
+        for (index, (frame, symbol)) in zip(frames, symbols).enumerated() {
             if !options.allFrames && isSystemFrame(symbol) {
                 hidden += 1
                 continue
             }
-            var line = "  " + String(format: "#%-3d [async] 0x%016llx ", index, frame.pc) + symbol.module
+            var line = indent + String(format: "#%-3d [async] 0x%016llx ", index, frame.pc) + symbol.module
             if let function = symbol.function {
                 line += "  " + style.bold(function)
                 if let location = symbol.source.location { line += style.dim(" at " + location) }
@@ -137,7 +146,7 @@ enum ReportRendering {
             }
             lines.append(line)
         }
-        if hidden > 0 { lines.append(style.dim("  ... \(hidden) system frame\(hidden == 1 ? "" : "s")")) }
+        if hidden > 0 { lines.append(style.dim(indent + "... \(hidden) system frame\(hidden == 1 ? "" : "s")")) }
         return lines
     }
 
@@ -345,6 +354,11 @@ enum ReportRendering {
                 first.frames, symbols: symbolicator.symbolicate(first, in: report),
                 limit: options.allFrames ? options.frames : RenderOptions.otherThreadFrames,
                 hidingSystem: !options.allFrames, style: style, indent: "    ", shownModules: &shownModules)
+            let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: first, in: report)
+            if !asyncSymbols.isEmpty {
+                lines += asyncFrameLines(
+                    first.asyncFrames, symbols: asyncSymbols, options: options, style: style, indent: "    ")
+            }
         }
         return lines
     }
@@ -393,6 +407,13 @@ enum ReportRendering {
             ]
             if let why = thread.whyNotCaptured { entry["why"] = why }
             if !thread.crashed {
+                let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
+                if !asyncNamed.isEmpty {
+                    entry["async_frames"] = zip(thread.asyncFrames, asyncNamed).map { frame, symbol -> [String: Any] in
+                        CrashReplayer.frameObject(
+                            pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)
+                    }
+                }
                 let named = symbolicator.symbolicate(thread, in: report)
                 entry["frames"] = zip(thread.frames, named).map { frame, symbol -> [String: Any] in
                     CrashReplayer.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol, linkageNames: true)

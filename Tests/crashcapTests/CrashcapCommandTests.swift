@@ -231,6 +231,22 @@ import Testing
         #expect(crash["async_owner"] == nil)
     }
 
+    /// Another thread runs a task three async calls deep (blocked in the kernel inside it) when
+    /// the main thread crashes: its stack in the report carries the task's [async] callers too.
+    @Test func anotherThreadRunningATaskShowsItsAsyncCallers() throws {
+        let directory = makeTemporaryDirectory("async-other")
+        let crashed = try run(
+            Paths.swiftSample, ["swift-async-other-task"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
+        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        let threads = text.stdout.components(separatedBy: "\nthreads: ").dropFirst().first ?? ""
+        let asyncLines = threads.split(separator: "\n").filter { $0.contains("[async]") }
+        #expect(asyncLines.first?.contains("spinLevel2()") == true, "\(text.stdout)")
+        #expect(asyncLines.dropFirst().first?.contains("spinLevel1()") == true, "\(text.stdout)")
+        #expect(!text.stdout.contains("async callers:"), "the crashing thread runs no task")
+    }
+
     /// A C crash has no task: whatever the stack held, no [async] caller is named.
     @Test func aCrashOutsideATaskHasNoAsyncCallers() throws {
         let directory = makeTemporaryDirectory("no-async")

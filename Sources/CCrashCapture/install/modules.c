@@ -59,6 +59,10 @@ static int cc_add_module(struct dl_phdr_info *info, size_t size, void *context) 
         b->overflow = false;
         return 1;
     }
+    if (strstr(path, "libswift_Concurrency") != NULL) {
+        map->concurrency_start = lo;
+        map->concurrency_end = hi;
+    }
     map->modules[map->count].start = lo;
     map->modules[map->count].end = hi;
     map->modules[map->count].load_bias = info->dlpi_addr;

@@ -99,6 +99,16 @@ static void cc_unwind(ucontext_t *uc) {
                         &cc_found.async_owner);
 }
 
+// Whether a stack runs a Swift task: a frame in libswift_Concurrency (swift_job_run). Only
+// those threads have their async chain followed, so that parked threads cost nothing more.
+static bool cc_runs_a_task(const uintptr_t *frames, size_t count) {
+    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
+    if (map == NULL || map->concurrency_end == 0) return false;
+    for (size_t i = 0; i < count; i++)
+        if (frames[i] >= map->concurrency_start && frames[i] < map->concurrency_end) return true;
+    return false;
+}
+
 // The other threads that have answered and are not unwound yet, each from the context it
 // saved, each under a guard of its own: a corrupt stack costs that thread's frames only.
 // Called while the rest are still answering, and once more after. Whether it unwound any.
@@ -113,6 +123,11 @@ static bool cc_unwind_other_threads(void) {
         if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
             cc_thread_unwind_armed = 1;
             cc_walk(&slot->context, slot->frames, CC_THREAD_FRAMES, &slot->frame_count, &used_libunwind);
+            if (cc_runs_a_task(slot->frames, slot->frame_count)) {
+                cc_registers r = cc_registers_from(&slot->context);
+                cc_walk_async_chain(r.pc, r.fp, r.sp, slot->async_frames, CC_THREAD_ASYNC_FRAMES,
+                                    &slot->async_frame_count, &slot->async_owner);
+            }
             cc_thread_unwind_armed = 0;
         } else {
             cc_thread_unwind_armed = 0;

@@ -252,6 +252,16 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
             cc_buf_append_quoted_hex(b, slot->frames[f]);
         }
         cc_buf_append_str(b, "]");
+        if (slot->async_frame_count > 0) {
+            cc_buf_append_str(b, ",\"async_owner\":");
+            cc_buf_append_quoted_hex(b, slot->async_owner);
+            cc_buf_append_str(b, ",\"async_frames\":[");
+            for (size_t f = 0; f < slot->async_frame_count; f++) {
+                if (f > 0) cc_buf_append_str(b, ",");
+                cc_buf_append_quoted_hex(b, slot->async_frames[f]);
+            }
+            cc_buf_append_str(b, "]");
+        }
         if (slot->unwind_faulted) cc_buf_append_str(b, ",\"unwind_faulted\":true");
         if (slot->frame_count == CC_THREAD_FRAMES) cc_buf_append_str(b, ",\"frames_truncated\":true");
         cc_buf_append_str(b, "}");

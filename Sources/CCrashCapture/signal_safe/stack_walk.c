@@ -187,8 +187,10 @@ void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *fr
         if (context != 0 && (context & 7) == 0 && (context < sp || context > fp + (1 << 23))) {
             size_t found = 0;
             uintptr_t link[2];  // the parent context, and the function it resumes at
+            // A context's parent is another context (or none), never an address in a module: a
+            // heap object's first word, its type's metadata, is, which tells the two apart.
             while (context != 0 && (context & 7) == 0 && found < max && cc_read_words(context, link, 2) &&
-                   cc_in_any_module(link[1])) {
+                   cc_in_any_module(link[1]) && !cc_in_any_module(link[0])) {
                 frames[found++] = link[1];
                 if (link[0] == context) break;
                 context = link[0];

@@ -355,6 +355,14 @@ package struct CrashReplayer: Sendable {
                 threads[index]["frames"] = zip(thread.frames, named).map { frame, symbol in
                     Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
                 }
+                let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
+                threads[index]["async_owner"] = nil
+                threads[index]["async_frames"] =
+                    asyncNamed.isEmpty
+                    ? nil
+                    : zip(thread.asyncFrames, asyncNamed).map { frame, symbol in
+                        Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
+                    }
             }
             crash["threads"] = threads
         }
