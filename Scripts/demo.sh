@@ -11,7 +11,7 @@ work=$(mktemp -d /tmp/crashcapture-demo.XXXXXX)
 
 "$bin/crashcap" collect --port 0 --db "$work/collector.sqlite" >"$work/collector.log" 2>&1 &
 collector=$!
-trap 'kill $collector 2>/dev/null' EXIT
+trap 'kill $collector 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do grep -q "listening on" "$work/collector.log" && break; sleep 0.1; done
 url=$(sed -n 's/^listening on //p' "$work/collector.log")
 echo "== local collector at $url"
