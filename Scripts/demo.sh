@@ -3,15 +3,19 @@
 # into the event store and upload it to a local collector, then list what the collector got.
 set -eu
 cd "$(dirname "$0")/.."
+# Everything the demo puts in the temp directory, the toolchain's own folders included, goes
+# into one folder, removed when it ends.
+work=$(mktemp -d "${TMPDIR:-/tmp}/crashcapture-demo.XXXXXX")
+collector=
+trap '[ -n "$collector" ] && kill $collector 2>/dev/null; rm -rf "$work"' EXIT
+export TMPDIR="$work"
 Scripts/install-dependencies.sh
 swift build
 Scripts/build-preload.sh >/dev/null
 bin=.build/debug
-work=$(mktemp -d /tmp/crashcapture-demo.XXXXXX)
 
 "$bin/crashcap" collect --port 0 --db "$work/collector.sqlite" >"$work/collector.log" 2>&1 &
 collector=$!
-trap 'kill $collector 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do grep -q "listening on" "$work/collector.log" && break; sleep 0.1; done
 url=$(sed -n 's/^listening on //p' "$work/collector.log")
 echo "== local collector at $url"
