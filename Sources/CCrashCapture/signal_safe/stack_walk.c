@@ -30,6 +30,14 @@ cc_registers cc_registers_from(const ucontext_t *uc) {
 }
 
 void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
+    // pc, sp and fp under the same names on every architecture, then the architecture's own.
+    cc_registers r = cc_registers_from(uc);
+    cc_buf_append_str(b, "{\"pc\":");
+    cc_buf_append_quoted_hex(b, r.pc);
+    cc_buf_append_str(b, ",\"sp\":");
+    cc_buf_append_quoted_hex(b, r.sp);
+    cc_buf_append_str(b, ",\"fp\":");
+    cc_buf_append_quoted_hex(b, r.fp);
 #if defined(__x86_64__)
     static const struct {
         const char *name;
@@ -41,38 +49,21 @@ void cc_append_registers(cc_buf *b, const ucontext_t *uc) {
         {"r14", REG_R14}, {"r15", REG_R15}, {"eflags", REG_EFL}, {"trapno", REG_TRAPNO}, {"err", REG_ERR},
         {"cr2", REG_CR2},
     };
-    cc_registers r = cc_registers_from(uc);
-    cc_buf_append_str(b, "{\"pc\":");
-    cc_buf_append_quoted_hex(b, r.pc);
-    cc_buf_append_str(b, ",\"sp\":");
-    cc_buf_append_quoted_hex(b, r.sp);
-    cc_buf_append_str(b, ",\"fp\":");
-    cc_buf_append_quoted_hex(b, r.fp);
     for (size_t i = 0; i < sizeof(regs) / sizeof(regs[0]); i++) {
         cc_buf_append_str(b, ",\"");
         cc_buf_append_str(b, regs[i].name);
         cc_buf_append_str(b, "\":");
         cc_buf_append_quoted_hex(b, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
     }
-    cc_buf_append_str(b, "}");
 #elif defined(__aarch64__)
-    cc_registers r = cc_registers_from(uc);
-    cc_buf_append_str(b, "{\"pc\":");
-    cc_buf_append_quoted_hex(b, r.pc);
-    cc_buf_append_str(b, ",\"sp\":");
-    cc_buf_append_quoted_hex(b, r.sp);
-    cc_buf_append_str(b, ",\"fp\":");
-    cc_buf_append_quoted_hex(b, r.fp);
     for (int i = 0; i < 31; i++) {
         cc_buf_append_str(b, ",\"x");
         cc_buf_append_u64(b, (uint64_t)i);
         cc_buf_append_str(b, "\":");
         cc_buf_append_quoted_hex(b, uc->uc_mcontext.regs[i]);
     }
-    cc_buf_append_str(b, "}");
-#else
-    cc_buf_append_str(b, "{}");
 #endif
+    cc_buf_append_str(b, "}");
 }
 
 // What the crashing thread found, for the report (crash_report.h).
