@@ -205,13 +205,18 @@ import Testing
 /// in the task's async context chain. The report lists them as [async] callers, as the Swift
 /// backtracer does, named in `show` and in the replayed $AppCrashed.
 @Suite struct AsyncFramesTests {
-    @Test func aCrashThreeAsyncCallsDeepNamesItsAsyncCallers() throws {
-        let directory = makeTemporaryDirectory("async-deep")
+    /// The Swift sample's `kind` crashed into a directory of its own, and `show` of it.
+    func crashAndShow(_ kind: String) throws -> (directory: String, text: RunResult) {
+        let directory = makeTemporaryDirectory(kind)
         let crashed = try run(
-            Paths.swiftSample, ["swift-async-deep"],
-            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
+            Paths.swiftSample, [kind], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
         #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
-        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        return (directory, try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60))
+    }
+
+    @Test func aCrashThreeAsyncCallsDeepNamesItsAsyncCallers() throws {
+        let (directory, text) = try crashAndShow("swift-async-deep")
         let section = text.stdout.components(separatedBy: "async callers:\n").dropFirst().first ?? ""
         let asyncLines = section.split(separator: "\n").prefix { $0.hasPrefix("  ") }
         #expect(
@@ -234,12 +239,7 @@ import Testing
     /// Another thread runs a task three async calls deep (blocked in the kernel inside it) when
     /// the main thread crashes: its stack in the report carries the task's [async] callers too.
     @Test func anotherThreadRunningATaskShowsItsAsyncCallers() throws {
-        let directory = makeTemporaryDirectory("async-other")
-        let crashed = try run(
-            Paths.swiftSample, ["swift-async-other-task"],
-            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 30)
-        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
-        let text = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        let (_, text) = try crashAndShow("swift-async-other-task")
         let threads = text.stdout.components(separatedBy: "\nthreads: ").dropFirst().first ?? ""
         let asyncLines = threads.split(separator: "\n").filter { $0.contains("[async]") }
         #expect(asyncLines.first?.contains("spinLevel2()") == true, "\(text.stdout)")
