@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // OTLP's logs messages (Sources/OTLPLogs, generated from Protos/otlp_logs.proto).
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
         // `swift package generate-documentation --target CrashCapture`: the DocC catalog in
         // Sources/CrashCapture/CrashCapture.docc, built by Scripts/test.sh.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -62,6 +64,11 @@ let package = Package(
             dependencies: ["CrashFileFormat", "CElfutils"],
             swiftSettings: strictSwift
         ),
+        // The OTLP/HTTP logs messages the uploader sends with --otlp; made by Scripts/generate-otlp.sh.
+        .target(
+            name: "OTLPLogs",
+            dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")]
+        ),
         .target(
             name: "CrashCapture",
             dependencies: [
@@ -72,6 +79,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
+                .target(name: "OTLPLogs", condition: .when(traits: ["HTTPUpload"])),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf", condition: .when(traits: ["HTTPUpload"])),
             ],
             swiftSettings: strictSwift
         ),
@@ -80,6 +89,8 @@ let package = Package(
             name: "CrashCaptureCollector",
             dependencies: [
                 "CrashCapture", "CrashFileFormat", "CZlib",
+                // ClickHouse's HTTP interface, for `crashcap collect --clickhouse`.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -127,6 +138,10 @@ let package = Package(
             name: "crashcap-bench",
             dependencies: [
                 "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+                // A receiver that only answers, for the OTLP export's figure.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Benchmarks/CrashBenchmarks"
         ),
@@ -162,7 +177,7 @@ let package = Package(
         ),
         .testTarget(
             name: "crashcapTests",
-            dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "TestSupport"]
+            dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "ProcessSupport", "TestSupport"]
         ),
     ]
 )

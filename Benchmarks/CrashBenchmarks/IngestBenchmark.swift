@@ -14,7 +14,11 @@ import ProcessSupport
 /// events of about 700 bytes (the Python clients' shape below), every batch with ids of its
 /// own, for `seconds`. `collector`: another build's
 /// `crashcap` to run instead of this one's collector (`--collector PATH`), to compare the two.
-func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?) throws {
+/// `clickHouse`: the collector stores into ClickHouse at this URL instead of SQLite.
+@discardableResult
+func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, clickHouse: String? = nil) throws
+    -> Double
+{
     let directory = temporaryDirectory()
     let url: String
     let storedCount: () throws -> Int
@@ -39,10 +43,12 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?) th
             _ = child.wait(timeout: 10)
         }
     } else {
-        let collector = try IngestCollector(port: 0, databasePath: directory + "/collector.sqlite")
+        let storage: IngestCollector.Storage =
+            clickHouse.map { .clickHouse(URL(string: $0)!) } ?? .sqlite(path: directory + "/collector.sqlite")
+        let collector = try IngestCollector(port: 0, storage: storage)
         url = collector.url
         pid = getpid()
-        storedCount = { collector.store.count }
+        storedCount = { try collector.storedCount() }
         stop = { collector.stop() }
     }
     // Enough bodies that none is sent twice at 400,000 events/s.
@@ -90,15 +96,74 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?) th
         let used = cpuAfter.filter { include($0.key) }.reduce(0.0) { $0 + $1.value - (cpuBefore[$1.key] ?? 0) }
         return format(used / Double(max(1, stored)) * 1e6, 2)
     }
-    print("## Ingest under wrk: \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n")
+    let store = clickHouse == nil ? "SQLite" : "ClickHouse"
     print(
-        "| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / SQLite / the rest (checkpoints) |"
+        "## Ingest under wrk into \(store): \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n"
+    )
+    print(
+        "| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / \(store) thread / the rest |"
     )
     print("|---|---|---|---|---|---|")
     print(
         "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) | \(perEvent { $0.hasPrefix("NIO-ELT") }) / \(perEvent { $0.hasPrefix("TP-") }) / \(perEvent { !$0.hasPrefix("NIO-ELT") && !$0.hasPrefix("TP-") }) |"
     )
     print("")
+    return Double(stored) / seconds
+}
+
+/// The collector storing into ClickHouse (a server of the benchmark's own, Debian's
+/// clickhouse-server) beside the same collector storing into SQLite, in one run: the rate
+/// under wrk of each, then two collectors on one ClickHouse table, every event sent through
+/// both (4 Python clients, two a collector, the two pairs with the same event ids): the
+/// table must hold each event once.
+func ingestClickHouse(seconds: Int, connections: Int, batches: Int) throws {
+    let directory = temporaryDirectory()
+    let server = try ClickHouseServer(directory: directory + "/clickhouse")
+    let url = server.url + "?database=crashcap"
+    var sqliteRates: [Double] = []
+    var clickHouseRates: [Double] = []
+    for round in 1...2 {
+        print("### Round \(round)\n")
+        sqliteRates.append(try ingestUnderWrk(seconds: seconds, connections: connections, collector: nil))
+        try server.query("DROP TABLE IF EXISTS crashcap.events")
+        clickHouseRates.append(
+            try ingestUnderWrk(seconds: seconds, connections: connections, collector: nil, clickHouse: url))
+    }
+    try server.query("DROP TABLE IF EXISTS crashcap.events")
+    let collectors = try (0..<2).map { _ in try IngestCollector(port: 0, storage: .clickHouse(URL(string: url)!)) }
+    let script =
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
+        + "/upload_baseline.py"
+    let start = Date()
+    let clients = try (0..<4).map { index in
+        try ChildProcess(
+            path: "/usr/bin/env",
+            arguments: ["python3", script, collectors[index % 2].url, "\(batches)", "client\(index / 2)"],
+            environment: ProcessInfo.processInfo.environment)
+    }
+    for client in clients { _ = client.wait(timeout: 600) }
+    let elapsed = Date().timeIntervalSince(start)
+    let failed = clients.filter { $0.exitCode != 0 }.map(\.stderr)
+    for collector in collectors { collector.stop() }
+    func number(_ sql: String) throws -> Int {
+        Int(try server.query(sql, database: "crashcap").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+    let rows = try number("SELECT count() FROM events")
+    let distinct = try number("SELECT uniqExact(event_id) FROM events")
+    let final = try number("SELECT count() FROM events FINAL")
+    let expected = 2 * batches * 50
+    print("## Two collectors, one ClickHouse table, every event sent through both\n")
+    print(
+        "| events sent (each twice) | rows written | distinct events | rows read with FINAL | lost | duplicated | client failures | time |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| \(expected) | \(rows) | \(distinct) | \(final) | \(expected - distinct) | \(final - distinct) | \(failed.count) | \(format(elapsed, 1)) s |"
+    )
+    print("")
+    print(
+        "ClickHouse \(clickHouseRates.map { format($0, 0) }.joined(separator: " / ")) events/s against SQLite \(sqliteRates.map { format($0, 0) }.joined(separator: " / ")) in the same run"
+    )
 }
 
 /// CPU seconds each thread of a process has used, by thread name (threads of one name added).
@@ -147,7 +212,7 @@ func ingestBenchmark(batches: Int) throws {
         latencies += fields.dropFirst(2)
     }
     let seconds = ends.max()! - starts.min()!
-    let received = collector.store.count
+    let received = collector.store!.count
     collector.stop()
     let stats = Statistics(latencies)
     print("## Ingest: 4 concurrent clients, batches of 50, gzip, loopback\n")

@@ -35,7 +35,7 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
         uploader.flushNow(deadline: Date().addingTimeInterval(600))
         let uploadSeconds = Double(monotonic() - uploadStart) / 1e9
         cores.append((processCPUSeconds() - cpuStart) / uploadSeconds)
-        let received = collector.store.count
+        let received = collector.store!.count
         rates.append(Double(received) / uploadSeconds)
         sentLine =
             "| events sent, last round | \(pending - uploadStore.count) of \(pending) (collector holds \(received)) |"
@@ -103,8 +103,9 @@ func uploadBenchmark(payloads uploadPayloads: [(String, String)], directory: Str
         let rate = try output(
             "/usr/bin/env", ["python3", script, fresh.url, "--bodies", bodiesPath, "\(uploadPayloads.count)"], [:])
         plainRates.append(Double(rate.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
-        guard fresh.store.count == uploadPayloads.count else {
-            throw CrashCaptureError.io("the plain client stored \(fresh.store.count) of \(uploadPayloads.count) events")
+        guard fresh.store!.count == uploadPayloads.count else {
+            throw CrashCaptureError.io(
+                "the plain client stored \(fresh.store!.count) of \(uploadPayloads.count) events")
         }
     }
     print(

@@ -25,7 +25,7 @@ func watchBenchmark(runs: Int) throws {
             ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
         let died = monotonic()
         let wanted = run + 1
-        while (try collector.store.events(limit: 100_000).filter { $0.payload.contains("\"$AppCrashed\"") }.count)
+        while (try collector.store!.events(limit: 100_000).filter { $0.payload.contains("\"$AppCrashed\"") }.count)
             < wanted
         {
             if Double(monotonic() - died) / 1e9 > 30 {

@@ -72,6 +72,18 @@ case "upload":
         ($0.eventID, $0.payload)
     }
     try uploadBenchmark(payloads: payloads, directory: directory, rounds: option("--rounds", default: 5))
+case "otlp":
+    // The events of a track() run, sent as OTLP logs and in the Sensors format.
+    let directory = temporaryDirectory()
+    let configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        trackLifecycle: false, journalBytes: 128 << 20)
+    let count = option("--events", default: 50_000)
+    _ = try trackRun(events: count, configuration: configuration)
+    let payloads = try EventStore(path: directory + "/events.sqlite").events(limit: count).map {
+        ($0.eventID, $0.payload)
+    }
+    try otlpBenchmark(payloads: payloads, directory: directory, rounds: option("--rounds", default: 3))
 case "claim":
     // The uploader's store alone: finish the last batch and claim the next, in one
     // transaction, until the store is empty (what the uploader does while a request is out).
@@ -141,6 +153,10 @@ case "decode":
             )
         }
     }
+case "ingest-clickhouse":
+    try ingestClickHouse(
+        seconds: option("--seconds", default: 5), connections: max(1, option("--connections", default: 4)),
+        batches: option("--batches", default: 500))
 case "ingest":
     let other = arguments.firstIndex(of: "--collector").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
     try ingestUnderWrk(
@@ -152,7 +168,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH]\n"
+        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

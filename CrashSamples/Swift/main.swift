@@ -421,14 +421,16 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
     if let timeout = environment["CRASH_SAMPLE_REQUEST_TIMEOUT"].flatMap(Double.init) {
         upload.requestTimeout = .seconds(timeout)
     }
+    var configuration = CrashCapture.Configuration(
+        directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
+        staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
+        upload: upload,
+        journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) }
+            ?? CrashCapture.Configuration(directory: "", appName: "", appVersion: "").journalBytes)
+    // OpenTelemetry logs instead of the Sensors format, through the Configuration setting.
+    configuration.otlpURL = environment["CRASH_SAMPLE_OTLP_URL"].flatMap { URL(string: $0) }
     do {
-        try CrashCapture.install(
-            .init(
-                directory: directory, appName: "crash-sample-swift", appVersion: "1.0.0",
-                staticProperties: ["sample_kind": .string(kind), "sample_context": .string(context)],
-                upload: upload,
-                journalBytes: environment["CRASH_SAMPLE_JOURNAL_BYTES"].flatMap { Int($0) }
-                    ?? CrashCapture.Configuration(directory: "", appName: "", appVersion: "").journalBytes))
+        try CrashCapture.install(configuration)
     } catch {
         fail("crash capture not installed: \(error)")
     }

@@ -1,6 +1,6 @@
 package import CrashCapture
 internal import CrashFileFormat
-internal import Foundation
+package import Foundation
 internal import NIOCore
 internal import NIOHTTP1
 internal import NIOPosix
@@ -11,7 +11,7 @@ internal import NIOPosix
 
 /// An HTTP/1.1 server on SwiftNIO that takes what the Sensors Analytics SDKs send at `/sa`
 /// (and `/sa.gif`), stores records in SQLite in arrival order and serves them back as JSON
-/// lines at `/events`. Every limit answers with its own status: headers over 80 KiB (431),
+/// lines at `/events`; or, for a fleet, stores them into ClickHouse (`ClickHouseStore`). Every limit answers with its own status: headers over 80 KiB (431),
 /// a body over `maximumBody` or a batch that inflates past `maximumInflated` (413), a POST
 /// without a length (411), a request whose head does not arrive within `headerTimeout` or
 /// whose body does not within `bodyTimeout` (408), more than `maximumConnections` at once
@@ -54,7 +54,15 @@ package final class IngestCollector: @unchecked Sendable {
 
     package static var maximumBody: Int { Limits().maximumBody }
 
-    package let store: EventStore
+    /// Where the events go: one of the two.
+    package enum Storage: Sendable {
+        case sqlite(path: String)
+        case clickHouse(URL)
+    }
+
+    /// The SQLite store; nil when the events go to ClickHouse.
+    package let store: EventStore?
+    package let clickHouse: ClickHouseStore?
     package private(set) var port: UInt16 = 0
     let host: String
     let faults: Faults
@@ -72,9 +80,15 @@ package final class IngestCollector: @unchecked Sendable {
     /// answer, or none ever); nil while a request is in progress.
     private var connections: [ObjectIdentifier: (channel: Channel, peer: String, idleSince: UInt64?)] = [:]
 
-    package init(
+    package convenience init(
         host: String = "127.0.0.1", port: UInt16, databasePath: String, faults: Faults = Faults(),
         limits: Limits = Limits()
+    ) throws {
+        try self.init(host: host, port: port, storage: .sqlite(path: databasePath), faults: faults, limits: limits)
+    }
+
+    package init(
+        host: String = "127.0.0.1", port: UInt16, storage: Storage, faults: Faults = Faults(), limits: Limits = Limits()
     ) throws {
         self.host = host
         self.faults = faults
@@ -85,14 +99,24 @@ package final class IngestCollector: @unchecked Sendable {
                     + "(--token or CRASHCAPTURE_COLLECTOR_TOKEN) that uploads and GET /events must carry, or listen on 127.0.0.1"
             )
         }
-        let existed = FileManager.default.fileExists(atPath: databasePath)
-        // A checkpoint every 32 MiB of WAL rather than SQLite's 4 MiB, and on a thread of its
-        // own: run by the commit that crossed the threshold, the copy and its two fsyncs held
-        // every client for about 50 ms, every 45,000 events (under wrk with 4 connections, p99
-        // 52-58 ms against 6.6-7.7 ms on its own thread).
-        store = try EventStore(
-            path: databasePath, limits: .init(maximumEvents: .max, maximumBytes: .max), checkpointPages: 8192,
-            backgroundCheckpoints: true)
+        var databasePath: String?
+        var existed = false
+        switch storage {
+        case .sqlite(let path):
+            databasePath = path
+            existed = FileManager.default.fileExists(atPath: path)
+            // A checkpoint every 32 MiB of WAL rather than SQLite's 4 MiB, and on a thread of its
+            // own: run by the commit that crossed the threshold, the copy and its two fsyncs held
+            // every client for about 50 ms, every 45,000 events (under wrk with 4 connections, p99
+            // 52-58 ms against 6.6-7.7 ms on its own thread).
+            store = try EventStore(
+                path: path, limits: .init(maximumEvents: .max, maximumBytes: .max), checkpointPages: 8192,
+                backgroundCheckpoints: true)
+            clickHouse = nil
+        case .clickHouse(let url):
+            store = nil
+            clickHouse = try ClickHouseStore(url: url)
+        }
         database.start()
         decoders.start()
         do {
@@ -102,7 +126,8 @@ package final class IngestCollector: @unchecked Sendable {
             try? database.syncShutdownGracefully()
             try? decoders.syncShutdownGracefully()
             try? group.syncShutdownGracefully()
-            if !existed {
+            clickHouse?.shutdown()
+            if let databasePath, !existed {
                 for suffix in ["", "-wal", "-shm"] { unlink(databasePath + suffix) }
             }
             throw error
@@ -222,6 +247,13 @@ package final class IngestCollector: @unchecked Sendable {
         try? database.syncShutdownGracefully()
         try? decoders.syncShutdownGracefully()
         try? group.syncShutdownGracefully()
+        clickHouse?.shutdown()
+    }
+
+    /// Events stored: in SQLite, or rows in ClickHouse's table (a duplicate not merged yet too).
+    package func storedCount() throws -> Int {
+        if let clickHouse { return try clickHouse.count() }
+        return store?.count ?? 0
     }
 
     struct Request {
@@ -275,7 +307,7 @@ package final class IngestCollector: @unchecked Sendable {
             answer = decodeSoon(upload, on: eventLoop).flatMap { (decoded: Decoded) in
                 switch decoded {
                 case .refused(let response): eventLoop.makeSucceededFuture(response)
-                case .rows(let rows): self.store(rows, on: eventLoop).map { Self.answer($0, beacon: beacon) }
+                case .rows(let batch): self.store(batch, on: eventLoop).map { Self.answer($0, beacon: beacon) }
                 }
             }
         } else {
@@ -292,7 +324,11 @@ package final class IngestCollector: @unchecked Sendable {
         }
         switch (request.method, path) {
         case ("GET", "/events"): return listEvents(request.target)
-        case ("GET", "/health"): return Response(status: 200, body: "{\"status\":\"ok\",\"events\":\(store.count)}")
+        case ("GET", "/health"):
+            guard let count = try? storedCount() else {
+                return Response(status: 503, body: "{\"status\":\"the store cannot be read\"}")
+            }
+            return Response(status: 200, body: "{\"status\":\"ok\",\"events\":\(count)}")
         case (_, "/sa"), (_, "/events"), (_, "/health"):
             return Response(status: 405, body: "{\"error\":\"method \(request.method) not allowed on \(path)\"}")
         default: return Response(status: 404, body: "{\"error\":\"no route \(path); POST /sa, GET /events\"}")
@@ -316,7 +352,7 @@ package final class IngestCollector: @unchecked Sendable {
     }
 
     enum Decoded: Sendable {
-        case rows([(id: String, text: String)])
+        case rows(WireFormat.DecodedBatch)
         case refused(Response)
     }
 
@@ -343,7 +379,10 @@ package final class IngestCollector: @unchecked Sendable {
     func decode(_ body: Data, maximumInflated: Int? = nil) -> Decoded {
         do {
             return .rows(
-                try WireFormat.decodeEvents(body: body, maximumInflated: maximumInflated ?? limits.maximumInflated))
+                try WireFormat.decodeBatch(
+                    body: body, maximumInflated: maximumInflated ?? limits.maximumInflated,
+                    clickHouseRows: clickHouse != nil,
+                    receivedMilliseconds: Int64(Date().timeIntervalSince1970 * 1000)))
         } catch {
             // A batch that inflates past the limit is too large, not malformed.
             let tooLarge = "\(error)".contains("inflated data exceeds")
@@ -360,6 +399,7 @@ package final class IngestCollector: @unchecked Sendable {
     /// A decoded upload waiting for the database thread, and the answer its request is owed.
     private struct WaitingBatch {
         var rows: [(id: String, payload: String)]
+        var clickHouseRows: [UInt8]?
         var answer: EventLoopPromise<Response>
     }
 
@@ -376,9 +416,11 @@ package final class IngestCollector: @unchecked Sendable {
     /// committed together in one transaction (a group commit): with several clients, each
     /// batch no longer pays for a commit of its own (the WAL frames of the pages every commit
     /// touches, and a hand-over to the thread and back).
-    func store(_ rows: [(id: String, text: String)], on eventLoop: EventLoop) -> EventLoopFuture<Response> {
+    func store(_ decoded: WireFormat.DecodedBatch, on eventLoop: EventLoop) -> EventLoopFuture<Response> {
         let answer = eventLoop.makePromise(of: Response.self)
-        let batch = WaitingBatch(rows: rows.map { (id: $0.id, payload: $0.text) }, answer: answer)
+        let batch = WaitingBatch(
+            rows: decoded.events.map { (id: $0.id, payload: $0.text) }, clickHouseRows: decoded.clickHouseRows,
+            answer: answer)
         let start = lock.withLock {
             waiting.append(batch)
             defer { storing = true }
@@ -413,6 +455,11 @@ package final class IngestCollector: @unchecked Sendable {
                 return Array(waiting.prefix(count))
             }
             if group.isEmpty { return }
+            if let clickHouse {
+                insert(group, into: clickHouse)
+                continue
+            }
+            guard let store else { return }
             let results: [EventStore.InsertResult]
             do {
                 results = try store.transaction { transaction in
@@ -428,7 +475,27 @@ package final class IngestCollector: @unchecked Sendable {
         }
     }
 
+    /// One INSERT for the whole group. When ClickHouse does not take it, every batch of the
+    /// group is answered 503 with a Retry-After, and its client sends it again: nothing is
+    /// acknowledged that ClickHouse does not hold.
+    private func insert(_ group: [WaitingBatch], into clickHouse: ClickHouseStore) {
+        var rows: [UInt8] = []
+        rows.reserveCapacity(group.reduce(0) { $0 + ($1.clickHouseRows?.count ?? 0) })
+        for batch in group { rows += batch.clickHouseRows ?? [] }
+        do {
+            try clickHouse.insert(rows)
+            for batch in group {
+                batch.answer.succeed(Response(status: 200, body: "{\"inserted\":\(batch.rows.count)}"))
+            }
+        } catch {
+            var failed = Response(status: 503, body: "{\"error\":\(JSONText.quoted("\(error)"))}")
+            failed.extraHeaders.append(("Retry-After", "5"))
+            for batch in group { batch.answer.succeed(failed) }
+        }
+    }
+
     private func insertAlone(_ rows: [(id: String, payload: String)]) -> Response {
+        guard let store else { return Response(status: 500, body: "{\"error\":\"no store\"}") }
         do {
             return Self.stored(try store.insert(rows))
         } catch {
@@ -448,10 +515,19 @@ package final class IngestCollector: @unchecked Sendable {
             return Response(status: 400, body: "{\"error\":\"after must be 0 or more and limit 1 or more\"}")
         }
         let limit = min(asked, 1_000_000)
-        guard let events = try? store.events(after: after, limit: limit) else {
-            return Response(status: 500, body: "{\"error\":\"cannot read the store\"}")
+        let payloads: [String]
+        do {
+            if let clickHouse {
+                payloads = try clickHouse.events(after: Int(after), limit: limit)
+            } else if let store {
+                payloads = try store.events(after: after, limit: limit).map(\.payload)
+            } else {
+                payloads = []
+            }
+        } catch {
+            return Response(status: 500, body: "{\"error\":\(JSONText.quoted("cannot read the store: \(error)"))}")
         }
-        let lines = events.map(\.payload).joined(separator: "\n")
+        let lines = payloads.joined(separator: "\n")
         return Response(status: 200, body: lines.isEmpty ? "" : lines + "\n", contentType: "application/x-ndjson")
     }
 }

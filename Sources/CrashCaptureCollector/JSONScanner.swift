@@ -22,6 +22,19 @@ struct JSONScanner {
         /// distinct_id and time as they are written (for the de-duplication key without event_id).
         var distinctID: Range<Int>?
         var time: Range<Int>?
+        /// The members a ClickHouse row has columns for (`ClickHouseRows`), each a whole token.
+        var eventName: Range<Int>?
+        var sessionID: Range<Int>?
+        var properties: Range<Int>?
+        var columns = PropertyColumns()
+    }
+
+    /// Members of `properties` that become columns of their own.
+    struct PropertyColumns {
+        var appName: Range<Int>?
+        var appVersion: Range<Int>?
+        var crashFingerprint: Range<Int>?
+        var crashTitle: Range<Int>?
     }
 
     struct Failure: Error, CustomStringConvertible {
@@ -36,6 +49,9 @@ struct JSONScanner {
     private var index = 0
     /// The top-level keys of the event being scanned (kept between events, emptied for each).
     private var keys: [Range<Int>] = []
+    /// True while the scan is inside an event's `properties`, whose column members it notes.
+    private var inProperties = false
+    private var columns = PropertyColumns()
     private static let maximumDepth = 64
 
     private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
@@ -158,6 +174,7 @@ struct JSONScanner {
         var event = Event(text: start..<start)
         try expect(UInt8(ascii: "{"))
         keys.removeAll(keepingCapacity: true)
+        columns = PropertyColumns()
         var seen: (UInt64, UInt64) = (0, 0)
         if !closesAtOnce(UInt8(ascii: "}")) {
             repeat {
@@ -168,7 +185,9 @@ struct JSONScanner {
                 skipSpace()
                 let valueStart = index
                 let first = index < bytes.count ? bytes[index] : 0
+                inProperties = !key.escaped && key.contents.count == 10 && spells(key.contents, "properties")
                 try value(depth: 1)
+                inProperties = false
                 // A key written with escapes is taken as some other key.
                 if key.escaped { continue }
                 let value = valueStart..<index
@@ -180,10 +199,21 @@ struct JSONScanner {
                     } else if spells(key.contents, "time") {
                         event.time = value
                     }
-                case 5: if spells(key.contents, "event") { event.hasEventName = isString }
+                case 5:
+                    if spells(key.contents, "event") {
+                        event.hasEventName = isString
+                        event.eventName = value
+                    }
                 case 8: if spells(key.contents, "event_id"), isString { event.eventID = value }
                 case 9: if spells(key.contents, "_track_id") { event.trackID = value }
-                case 10: if spells(key.contents, "properties") { event.hasProperties = first == UInt8(ascii: "{") }
+                case 10:
+                    if spells(key.contents, "properties") {
+                        event.hasProperties = first == UInt8(ascii: "{")
+                        event.properties = value
+                        event.columns = columns
+                    } else if spells(key.contents, "session_id") {
+                        event.sessionID = value
+                    }
                 case 11: if spells(key.contents, "distinct_id") { event.distinctID = value }
                 default: break
                 }
@@ -221,6 +251,17 @@ struct JSONScanner {
         keys.append(key)
     }
 
+    private mutating func noteColumn(_ key: Range<Int>, _ value: Range<Int>) {
+        switch key.count {
+        case 9: if spells(key, "$app_name") { columns.appName = value }
+        case 11:
+            if spells(key, "crash_title") { columns.crashTitle = value }
+        case 12: if spells(key, "$app_version") { columns.appVersion = value }
+        case 17: if spells(key, "crash_fingerprint") { columns.crashFingerprint = value }
+        default: break
+        }
+    }
+
     /// Whether the bytes in `range` are `word` (the caller has matched the length).
     private func spells(_ range: Range<Int>, _ word: StaticString) -> Bool {
         memcmp(bytes.baseAddress! + range.lowerBound, word.utf8Start, word.utf8CodeUnitCount) == 0
@@ -238,12 +279,17 @@ struct JSONScanner {
             let start = keys.count
             var seen: (UInt64, UInt64) = (0, 0)
             defer { keys.removeLast(keys.count - start) }
+            let noting = depth == 1 && inProperties
+            inProperties = false
             repeat {
                 skipSpace()
                 let key = try string()
                 try refuseRepeated(key.contents, from: start, seen: &seen)
                 try expect(UInt8(ascii: ":"))
+                skipSpace()
+                let valueStart = index
                 try value(depth: depth + 1)
+                if noting && !key.escaped { noteColumn(key.contents, valueStart..<index) }
             } while try another(UInt8(ascii: "}"))
         case UInt8(ascii: "["):
             index += 1

@@ -32,6 +32,25 @@ extension WireFormat {
         }
     }
 
+    /// A batch as `decodeEvents` gives it, and, for a collector that stores into ClickHouse,
+    /// as the rows of its table (`JSONEachRow`), made here, off the thread that stores.
+    package struct DecodedBatch: Sendable {
+        package var events: [(id: String, text: String)]
+        package var clickHouseRows: [UInt8]?
+    }
+
+    package static func decodeBatch(
+        body: Data, maximumInflated: Int = 64 << 20, clickHouseRows: Bool, receivedMilliseconds: Int64
+    ) throws -> DecodedBatch {
+        try scan(body: body, maximumInflated: maximumInflated) { bytes, events in
+            let kept = try events.enumerated().map { index, event in try stored(event, index: index, in: bytes) }
+            guard clickHouseRows else { return DecodedBatch(events: kept, clickHouseRows: nil) }
+            let rows = ClickHouseRows.rows(
+                events, ids: kept.map(\.id), in: bytes, receivedMilliseconds: receivedMilliseconds)
+            return DecodedBatch(events: kept, clickHouseRows: rows)
+        }
+    }
+
     private static func stored(_ event: JSONScanner.Event, index: Int, in bytes: UnsafeBufferPointer<UInt8>) throws
         -> (id: String, text: String)
     {

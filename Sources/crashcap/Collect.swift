@@ -13,11 +13,13 @@ import ProcessSupport
 extension Crashcap {
     struct Collect: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Run a local ingest server (SwiftNIO): POST /sa takes uploads, GET /events lists what arrived.",
+            abstract:
+                "Run an ingest server (SwiftNIO): POST /sa takes uploads into SQLite or ClickHouse, GET /events lists what arrived.",
             discussion: """
                 Accepts the Sensors Analytics wire format (crc, gzip, data_list), rejects malformed \
                 batches with a 4xx that says why, de-duplicates by event_id and stores events in SQLite \
-                in arrival order. GET /events?after=SEQ&limit=N returns them as JSON lines. SIGTERM or \
+                (--db) in arrival order, or in ClickHouse (--clickhouse), where several collectors may \
+                share one table. GET /events?after=N&limit=N returns them as JSON lines. SIGTERM or \
                 SIGINT stops it: uploads being stored are committed and answered first; exit status 0.
                 """)
 
@@ -28,7 +30,13 @@ extension Crashcap {
         var host = "127.0.0.1"
 
         @Option(help: "SQLite file for the received events.")
-        var db: String
+        var db: String?
+
+        @Option(
+            help: ArgumentHelp(
+                "ClickHouse's HTTP interface to store into instead of SQLite; the table events is made when missing.",
+                valueName: "url"))
+        var clickhouse: String?
 
         @Option(help: "Close the connection of the first N uploads without answering (fault injection).")
         var dropFirst = 0
@@ -79,6 +87,11 @@ extension Crashcap {
         var token: String?
 
         func validate() throws {
+            if (db == nil) == (clickhouse == nil) {
+                throw ValidationError(
+                    "give one store: --db FILE (SQLite) or --clickhouse URL (e.g. http://127.0.0.1:8123/?database=crashcap)"
+                )
+            }
             if dropFirst < 0 || failFirst < 0 || delayMs < 0 {
                 throw ValidationError("fault counts must not be negative")
             }
@@ -108,16 +121,28 @@ extension Crashcap {
             limits.token = token ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_COLLECTOR_TOKEN"]
             let collector: IngestCollector
             do {
+                let storage: IngestCollector.Storage
+                if let clickhouse {
+                    guard let url = URL(string: clickhouse) else {
+                        throw CrashCaptureError.invalidArgument("--clickhouse \(clickhouse) is not a URL")
+                    }
+                    storage = .clickHouse(url)
+                } else {
+                    storage = .sqlite(path: db ?? "")
+                }
                 collector = try IngestCollector(
-                    host: host, port: port, databasePath: db, faults: faults, limits: limits)
+                    host: host, port: port, storage: storage, faults: faults, limits: limits)
             } catch {
                 let usage = (error as? CrashCaptureError)?.kind == .invalidArgument
                 throw Crashcap.fail("\(error)", code: usage ? 64 : 69)
             }
-            if let notice = collector.store.movedAsideNotice {
+            if let notice = collector.store?.movedAsideNotice {
                 FileHandle.standardError.write(Data("crashcap: \(notice)\n".utf8))
             }
             // Written straight to the descriptor: whoever started us waits for this line.
+            if let clickHouse = collector.clickHouse {
+                FileHandle.standardError.write(Data("crashcap: storing into ClickHouse at \(clickHouse.shown)\n".utf8))
+            }
             FileHandle.standardOutput.write(Data("listening on \(collector.url)\n".utf8))
             signal(SIGPIPE, SIG_IGN)
             // SIGTERM or SIGINT: stop as `stop()` does (what is being stored is committed and

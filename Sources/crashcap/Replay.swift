@@ -45,15 +45,31 @@ struct UploadTarget: ParsableArguments {
         name: .customLong("upload"), help: "Upload pending events to this ingest URL (or set CRASHCAPTURE_SERVER_URL).")
     var url: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Upload pending events as OpenTelemetry logs (OTLP/HTTP, protobuf, gzip) to this URL instead; /v1/logs is added to a URL without a path.",
+            valueName: "url"))
+    var otlp: String?
+
     @Flag(help: "Allow plain http to a host that is not this machine.")
     var allowInsecureHTTP = false
 
     @Option(help: "Give up on uploading after this many seconds.")
     var uploadTimeout: Double = 60
 
+    func validate() throws {
+        if url != nil && otlp != nil {
+            throw ValidationError("--upload sends the Sensors Analytics format and --otlp OpenTelemetry logs: give one")
+        }
+    }
+
+    var format: UploadFormat { otlp != nil ? .openTelemetryLogs : .sensorsAnalytics }
+
     var endpoint: URL? {
         get throws {
-            guard let text = url ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"], !text.isEmpty else {
+            guard let text = otlp ?? url ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
+                !text.isEmpty
+            else {
                 return nil
             }
             guard let parsed = URL(string: text), parsed.host != nil else {
@@ -77,7 +93,7 @@ struct UploadTarget: ParsableArguments {
         options.allowInsecureHTTP = allowInsecureHTTP
         let uploader: Uploader
         do {
-            uploader = try Uploader(endpoint: endpoint, store: store, options: options)
+            uploader = try Uploader(endpoint: endpoint, store: store, options: options, format: format)
         } catch {
             throw Crashcap.fail("\(error)", code: 64)
         }
@@ -91,7 +107,7 @@ struct UploadTarget: ParsableArguments {
         }
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
-        say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(endpoint))")
+        say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(uploader.endpoint))")
         if stats.splitBatches > 0 {
             say("\(stats.splitBatches) batches were too large (413) and sent again in halves")
         }
@@ -223,7 +239,8 @@ extension Crashcap {
 
         mutating func run() throws {
             guard let endpoint = try target.endpoint else {
-                throw Crashcap.fail("no endpoint: pass --upload URL or set CRASHCAPTURE_SERVER_URL", code: 64)
+                throw Crashcap.fail(
+                    "no endpoint: pass --upload URL, --otlp URL, or set CRASHCAPTURE_SERVER_URL", code: 64)
             }
             let store = try options.openStore()
             if !(try target.upload(store, to: endpoint)) { throw ExitCode(75) }

@@ -40,7 +40,8 @@ extension Crashcap {
                     var options = UploadOptions()
                     options.allowInsecureHTTP = target.allowInsecureHTTP
                     do {
-                        uploader = try Uploader(endpoint: endpoint, store: store, options: options)
+                        uploader = try Uploader(
+                            endpoint: endpoint, store: store, options: options, format: target.format)
                     } catch {
                         throw Crashcap.fail("\(error)", code: 64)
                     }

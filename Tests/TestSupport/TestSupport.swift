@@ -30,6 +30,13 @@ package typealias RunResult = ChildProcess.Outcome
 
 package typealias Child = ChildProcess
 
+extension ClickHouseServer {
+    /// A server in a temporary folder of the tests'.
+    package convenience init() throws {
+        try self.init(directory: makeTemporaryDirectory("clickhouse"))
+    }
+}
+
 extension ChildProcess {
     /// The tests' children: started with a clean signal mask (ChildProcess), and without the
     /// capture settings of the test runner's own environment, so a crash test sees the crash
@@ -166,15 +173,18 @@ package struct TestFailure: Error, CustomStringConvertible {
 #endif
 
 /// `crashcap collect` as a real server process, for the duration of one test.
-package final class CollectorProcess {
+/// `@unchecked`: every property is a constant, and the child process is itself Sendable.
+package final class CollectorProcess: @unchecked Sendable {
     package let child: Child
     package let url: String
     package let base: String
     package let database: String
 
-    package init(_ arguments: [String] = []) throws {
-        database = makeTemporaryDirectory("collector") + "/collected.sqlite"
-        child = try Child(Paths.crashcap, ["collect", "--port", "0", "--db", database] + arguments)
+    /// Stores into SQLite (`database`), or into ClickHouse at `clickHouse` when given.
+    package init(_ arguments: [String] = [], clickHouse: String? = nil) throws {
+        database = clickHouse == nil ? makeTemporaryDirectory("collector") + "/collected.sqlite" : ""
+        let store = clickHouse.map { ["--clickhouse", $0] } ?? ["--db", database]
+        child = try Child(Paths.crashcap, ["collect", "--port", "0"] + store + arguments)
         guard child.waitForOutput("listening on"), let range = child.stdout.range(of: "http://") else {
             throw TestFailure("collector did not start: \(child.stdout) \(child.stderr)")
         }

@@ -45,6 +45,12 @@ public enum CrashCapture: Sendable {
         /// Where events are sent. `CRASHCAPTURE_SERVER_URL` in the environment wins over this;
         /// with neither, events stay in the store.
         public var serverURL: URL?
+        /// Send events as OpenTelemetry logs (OTLP/HTTP, protobuf, gzip) to this URL instead of
+        /// the Sensors Analytics format to `serverURL`: an OpenTelemetry Collector's
+        /// `http://host:4318` (its `/v1/logs` is added to a URL without a path). A crash is a
+        /// record named `app.crash`, severity FATAL, with `exception.*` attributes. Setting both
+        /// this and `serverURL` is an error at install.
+        public var otlpURL: URL?
         /// When and how stored events are sent.
         public var upload: UploadOptions
         /// The cap on cached events; the oldest are dropped (and counted) beyond it.
@@ -385,8 +391,13 @@ extension CrashCapture {
             path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits,
             verifyNow: false)
         if let notice = store.movedAsideNotice { logger.warning("\(notice)") }
-        var endpoint = configuration.serverURL
-        if let fromEnvironment = ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
+        if configuration.otlpURL != nil && configuration.serverURL != nil {
+            throw CrashCaptureError.invalidArgument(
+                "serverURL (Sensors Analytics) and otlpURL (OpenTelemetry logs) are both set: events go to one of them")
+        }
+        var endpoint = configuration.otlpURL ?? configuration.serverURL
+        if configuration.otlpURL == nil,
+            let fromEnvironment = ProcessInfo.processInfo.environment["CRASHCAPTURE_SERVER_URL"],
             !fromEnvironment.isEmpty
         {
             guard let url = URL(string: fromEnvironment) else {
@@ -402,7 +413,10 @@ extension CrashCapture {
                 metadata: ["endpoint": "\(Uploader.redacted(unsent))"])
             endpoint = nil
         }
-        let uploader = try endpoint.map { try Uploader(endpoint: $0, store: store, options: configuration.upload) }
+        let format: UploadFormat = configuration.otlpURL != nil ? .openTelemetryLogs : .sensorsAnalytics
+        let uploader = try endpoint.map {
+            try Uploader(endpoint: $0, store: store, options: configuration.upload, format: format)
+        }
         let identity = EventPipeline.Identity(
             sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,
             staticProperties: String(cString: crashcapture_static_properties_json()),

@@ -22,14 +22,16 @@ internal import Foundation
                 configuration: configuration)
         }()
 
-        static func post(_ body: Data, to endpoint: URL, timeout: Double) -> Uploader.InFlight {
+        static func post(
+            _ body: Data, to endpoint: URL, contentType: String, headers extra: [(String, String)], timeout: Double
+        ) -> Uploader.InFlight {
             let done = DispatchSemaphore(value: 0)
             let result = Box<Uploader.Outcome>(.retry("no response"))
             let request: HTTPClient.Request
             do {
-                request = try HTTPClient.Request(
-                    url: endpoint, method: .POST, headers: ["Content-Type": WireFormat.contentType],
-                    body: .data(body))
+                var headers = HTTPHeaders([("Content-Type", contentType)])
+                headers.add(contentsOf: extra)
+                request = try HTTPClient.Request(url: endpoint, method: .POST, headers: headers, body: .data(body))
             } catch {
                 let reason = "cannot make a request to \(Uploader.redacted(endpoint)): \(error)"
                 return Uploader.InFlight { .retry(reason) }
@@ -88,7 +90,9 @@ internal import Foundation
     enum HTTPTransport {
         static let available = false
 
-        static func post(_ body: Data, to endpoint: URL, timeout: Double) -> Uploader.InFlight {
+        static func post(
+            _ body: Data, to endpoint: URL, contentType: String, headers: [(String, String)], timeout: Double
+        ) -> Uploader.InFlight {
             Uploader.InFlight { .retry("this build has no HTTP client (the package trait HTTPUpload is off)") }
         }
     }

@@ -61,9 +61,11 @@ final class PlainHTTPConnection: @unchecked Sendable {
     /// Sends one POST and returns its answer, reading it only when the returned function is
     /// called, so that the caller can work while the request is out. A kept connection found
     /// closed by the server is replaced and the request sent once more.
-    func post(_ body: Data, contentType: String, timeout: Double) -> () -> Result<Response, Failure> {
+    func post(_ body: Data, contentType: String, headers: [(String, String)] = [], timeout: Double) -> () -> Result<
+        Response, Failure
+    > {
         let deadline = Self.now() + timeout
-        let request = requestBytes(body, contentType: contentType)
+        let request = requestBytes(body, contentType: contentType, headers: headers)
         var failure = send(request, deadline: deadline)
         if let stale = failure, stale.staleConnection { failure = send(request, deadline: deadline) }
         if let failure {
@@ -92,9 +94,10 @@ final class PlainHTTPConnection: @unchecked Sendable {
         }
     }
 
-    private func requestBytes(_ body: Data, contentType: String) -> [UInt8] {
+    private func requestBytes(_ body: Data, contentType: String, headers: [(String, String)]) -> [UInt8] {
+        let extra = headers.map { "\($0.0): \($0.1)\r\n" }.joined()
         var bytes = Array(
-            "POST \(target) HTTP/1.1\r\nHost: \(hostHeader)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.count)\r\n\r\n"
+            "POST \(target) HTTP/1.1\r\nHost: \(hostHeader)\r\nContent-Type: \(contentType)\r\n\(extra)Content-Length: \(body.count)\r\n\r\n"
                 .utf8)
         bytes.append(contentsOf: body)
         return bytes

@@ -32,7 +32,32 @@ public struct UploadOptions: Sendable {
     }
 }
 
-/// Sends stored events in order, one batch at a time, in the Sensors Analytics wire format.
+/// The protocol an uploader speaks.
+package enum UploadFormat: Sendable, Equatable {
+    /// The Sensors Analytics wire format (`WireFormat`), to a Sensors server or `crashcap collect`.
+    case sensorsAnalytics
+    /// OTLP/HTTP logs, protobuf and gzip (`OTLPEncoding`), to an OpenTelemetry Collector or any
+    /// OTLP receiver.
+    case openTelemetryLogs
+
+    var contentType: String {
+        switch self {
+        case .sensorsAnalytics: WireFormat.contentType
+        case .openTelemetryLogs: OTLPEncoding.contentType
+        }
+    }
+
+    /// Headers beyond the content type: OTLP's body is gzip'd as a whole request.
+    var headers: [(String, String)] {
+        switch self {
+        case .sensorsAnalytics: []
+        case .openTelemetryLogs: [("Content-Encoding", "gzip")]
+        }
+    }
+}
+
+/// Sends stored events in order, one batch at a time, in the Sensors Analytics wire format
+/// or as OTLP logs.
 /// 2xx deletes the batch; 5xx, 403, 404, 408, 429 and network errors keep it and retry with
 /// exponential backoff and jitter; any other 4xx means the server will never take this batch:
 /// its events move to the store's `rejected_events` table instead of blocking the queue.
@@ -61,6 +86,7 @@ package final class Uploader: @unchecked Sendable {
 
     package let endpoint: URL
     package let options: UploadOptions
+    package let format: UploadFormat
     let store: EventStore
     private let queue = DispatchQueue(label: "CrashCapture.uploader", qos: .utility)
     private let lock = NSLock()
@@ -78,13 +104,20 @@ package final class Uploader: @unchecked Sendable {
     /// False in a build without the package trait `HTTPUpload` (no HTTP client linked in).
     package static var canUpload: Bool { HTTPTransport.available }
 
-    package init(endpoint: URL, store: EventStore, options: UploadOptions) throws {
+    /// With `.openTelemetryLogs`, an `endpoint` without a path gets OTLP's `/v1/logs`.
+    package init(
+        endpoint given: URL, store: EventStore, options: UploadOptions, format: UploadFormat = .sensorsAnalytics
+    )
+        throws
+    {
         guard Self.canUpload else {
             throw CrashCaptureError.invalidArgument(
                 "this build of CrashCapture has no HTTP client (the package trait HTTPUpload is off)")
         }
+        let endpoint = format == .openTelemetryLogs ? OTLPEncoding.logsEndpoint(given) : given
         try Self.validate(endpoint, allowInsecureHTTP: options.allowInsecureHTTP)
         try options.validate()
+        self.format = format
         self.endpoint = endpoint
         self.store = store
         self.options = options
@@ -283,7 +316,12 @@ package final class Uploader: @unchecked Sendable {
 
     /// The request body; `_flush_time` is added to each event as it leaves.
     func encode(_ batch: EventStore.Batch) throws -> Data {
-        try WireFormat.encode(
+        if format == .openTelemetryLogs {
+            return try OTLPEncoding.body(
+                events: batch.events.map(\.payload),
+                observedNanoseconds: UInt64(Date().timeIntervalSince1970 * 1e9))
+        }
+        return try WireFormat.encode(
             events: batch.events.map(\.payload),
             addingToEach: "\"_flush_time\":\(Int64(Date().timeIntervalSince1970 * 1000))")
     }
@@ -323,8 +361,12 @@ package final class Uploader: @unchecked Sendable {
     }
 
     func post(_ body: Data, timeout: Double) -> InFlight {
-        guard let plainConnection else { return HTTPTransport.post(body, to: endpoint, timeout: timeout) }
-        let answer = plainConnection.post(body, contentType: WireFormat.contentType, timeout: timeout)
+        guard let plainConnection else {
+            return HTTPTransport.post(
+                body, to: endpoint, contentType: format.contentType, headers: format.headers, timeout: timeout)
+        }
+        let answer = plainConnection.post(
+            body, contentType: format.contentType, headers: format.headers, timeout: timeout)
         return InFlight {
             switch answer() {
             case .success(let response):

@@ -1,0 +1,99 @@
+internal import Foundation
+
+/// A batch's events as the rows of ClickHouse's `events` table, in its `JSONEachRow` input
+/// format: one JSON object a line, built from the scanner's ranges while the batch is still
+/// in the decoder's hands, so the database thread only sends bytes. A string member of the
+/// event is copied as it was written (ClickHouse undoes JSON's escapes, `\u` pairs included);
+/// `properties` and the whole record become strings of JSON text, escaped once here.
+enum ClickHouseRows {
+    /// The columns, in the order each row names them; `ClickHouseStore.tableDefinition` makes them.
+    static let columns = [
+        "event_id", "type", "event", "distinct_id", "time", "event_time", "session_id", "app_name", "app_version",
+        "received_at", "crash_fingerprint", "crash_title", "properties", "payload",
+    ]
+
+    /// Every event of a scanned batch as a row; `ids` are the collector's de-duplication keys,
+    /// `receivedMilliseconds` the time the batch arrived (also the time of an event without one).
+    static func rows(
+        _ events: [JSONScanner.Event], ids: [String], in bytes: UnsafeBufferPointer<UInt8>,
+        receivedMilliseconds: Int64
+    ) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(events.reduce(0) { $0 + 2 * $1.text.count + 256 })
+        for (event, id) in zip(events, ids) {
+            let time = event.time.flatMap { integer($0, in: bytes) } ?? receivedMilliseconds
+            out += #"{"event_id":"#.utf8
+            quote(Array(id.utf8)[...], into: &out)
+            member("type", event.type, in: bytes, into: &out)
+            member("event", event.eventName, in: bytes, into: &out)
+            member("distinct_id", event.distinctID, in: bytes, into: &out)
+            out += #","time":\#(time),"event_time":\#(dateTime(time))"#.utf8
+            member("session_id", event.sessionID, in: bytes, into: &out)
+            member("app_name", event.columns.appName, in: bytes, into: &out)
+            member("app_version", event.columns.appVersion, in: bytes, into: &out)
+            out += #","received_at":\#(dateTime(receivedMilliseconds))"#.utf8
+            member("crash_fingerprint", event.columns.crashFingerprint, in: bytes, into: &out)
+            member("crash_title", event.columns.crashTitle, in: bytes, into: &out)
+            out += #","properties":"#.utf8
+            quote(bytes[event.properties ?? 0..<0], into: &out)
+            out += #","payload":"#.utf8
+            quote(bytes[event.text], into: &out)
+            out += "}\n".utf8
+        }
+        return out
+    }
+
+    /// `,"name":` and the token as a string: a JSON string as it is, any other token as its
+    /// text, quoted; nothing (or `null`) as "".
+    private static func member(
+        _ name: StaticString, _ token: Range<Int>?, in bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]
+    ) {
+        out += #",""#.utf8
+        out += UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        out += #"":"#.utf8
+        guard let token, !token.isEmpty, !spellsNull(bytes[token]) else {
+            out += #""""#.utf8
+            return
+        }
+        if bytes[token.lowerBound] == UInt8(ascii: "\"") {
+            out += bytes[token]
+        } else {
+            quote(bytes[token], into: &out)
+        }
+    }
+
+    private static func spellsNull(_ token: Slice<UnsafeBufferPointer<UInt8>>) -> Bool {
+        token.count == 4 && token.elementsEqual("null".utf8)
+    }
+
+    /// Text as a JSON string: quote and backslash escaped, control characters (the whitespace
+    /// JSON allows between tokens) as `\u00XX`. The text is UTF-8 already.
+    static func quote<Bytes: Collection<UInt8>>(_ text: Bytes, into out: inout [UInt8]) {
+        let hex: StaticString = "0123456789abcdef"
+        out.append(UInt8(ascii: "\""))
+        for byte in text {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                out.append(UInt8(ascii: "\\"))
+                out.append(byte)
+            case 0..<0x20:
+                out += #"\u00"#.utf8
+                out.append(hex.utf8Start[Int(byte >> 4)])
+                out.append(hex.utf8Start[Int(byte & 15)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// A token that is a whole number of milliseconds (what every SDK sends as `time`).
+    private static func integer(_ token: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
+        guard token.count <= 19 else { return nil }
+        return Int64(String(decoding: UnsafeBufferPointer(rebasing: bytes[token]), as: UTF8.self))
+    }
+
+    /// Milliseconds as the seconds of a `DateTime`, which holds 1970 to 2106 only.
+    private static func dateTime(_ milliseconds: Int64) -> Int64 {
+        min(max(milliseconds / 1000, 0), Int64(UInt32.max))
+    }
+}
