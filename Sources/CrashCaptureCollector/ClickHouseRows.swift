@@ -13,7 +13,9 @@ enum ClickHouseRows {
     ]
 
     /// Every event of a scanned batch as a row; `ids` are the collector's de-duplication keys,
-    /// `receivedMilliseconds` the time the batch arrived (also the time of an event without one).
+    /// `receivedMilliseconds` the time the batch arrived. An event without a time of its own
+    /// gets 0 (1970), not the arrival: `event_time` is part of the table's key, and the copies
+    /// of one event that arrive at two collectors must have the same key to be merged.
     static func rows(
         _ events: [JSONScanner.Event], ids: [String], in bytes: UnsafeBufferPointer<UInt8>,
         receivedMilliseconds: Int64
@@ -21,7 +23,7 @@ enum ClickHouseRows {
         var out: [UInt8] = []
         out.reserveCapacity(events.reduce(0) { $0 + 2 * $1.text.count + 256 })
         for (event, id) in zip(events, ids) {
-            let time = event.time.flatMap { integer($0, in: bytes) } ?? receivedMilliseconds
+            let time = event.time.flatMap { integer($0, in: bytes) } ?? 0
             out += #"{"event_id":"#.utf8
             quote(Array(id.utf8)[...], into: &out)
             member("type", event.type, in: bytes, into: &out)
