@@ -34,6 +34,7 @@ package final class ClickHouseServer {
             )
         }
         self.directory = directory
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var lastError = ""
         // A port found free may be taken before the server binds it: try another.
         for _ in 0..<5 {

@@ -38,7 +38,7 @@ package enum OTLPEncoding {
     package static func body(events: [String], observedNanoseconds: UInt64) throws -> Data {
         #if HTTPUpload
             let request = try self.request(events: events, observedNanoseconds: observedNanoseconds)
-            return try WireFormat.gzip(try request.serializedData(), level: 6)
+            return try WireFormat.gzip(Data(request), level: 6)
         #else
             throw CrashCaptureError.invalidArgument(
                 "this build of CrashCapture has no OTLP encoder (the package trait HTTPUpload is off)")
@@ -46,9 +46,15 @@ package enum OTLPEncoding {
     }
 
     #if HTTPUpload
-        static func request(events: [String], observedNanoseconds: UInt64) throws -> OTLPExportLogsServiceRequest {
+        /// An `ExportLogsServiceRequest`, serialized. swift-protobuf serializes each log record;
+        /// the three messages around the records (request, resource logs, scope logs) are framed
+        /// here, field by field as protobuf frames an embedded message (tag, length, bytes). The
+        /// library computes the size of every embedded message at every level above it, so a
+        /// record's attribute was visited seven times with the request serialized whole, four
+        /// this way: encoding went from 16.6 to 11.9 µs an event (`crashcap-bench otlp`).
+        static func request(events: [String], observedNanoseconds: UInt64) throws -> [UInt8] {
             var order: [Process] = []
-            var records: [Process: [OTLPLogRecord]] = [:]
+            var records: [Process: [[UInt8]]] = [:]
             var executables: [Process: String] = [:]
             for (index, text) in events.enumerated() {
                 guard let event = JSONTree.object(text.utf8) else {
@@ -66,20 +72,41 @@ package enum OTLPEncoding {
                 }
                 var record = logRecord(event, properties: properties)
                 record.observedTimeUnixNano = observedNanoseconds
-                records[process, default: []].append(record)
+                records[process, default: []].append(try record.serializedBytes())
             }
-            var request = OTLPExportLogsServiceRequest()
-            request.resourceLogs = order.map { process in
-                var scope = OTLPScopeLogs()
-                scope.scope.name = "CrashCapture"
-                scope.scope.version = CrashCapture.version
-                scope.logRecords = records[process] ?? []
-                var logs = OTLPResourceLogs()
-                logs.resource.attributes = process.attributes(executable: executables[process])
-                logs.scopeLogs = [scope]
-                return logs
+            var scope = OTLPInstrumentationScope()
+            scope.name = "CrashCapture"
+            scope.version = CrashCapture.version
+            let scopeBytes: [UInt8] = try scope.serializedBytes()
+            var request: [UInt8] = []
+            for process in order {
+                var resource = OTLPResource()
+                resource.attributes = process.attributes(executable: executables[process])
+                var scopeLogs: [UInt8] = []
+                embed(1, scopeBytes, into: &scopeLogs)  // ScopeLogs.scope
+                for record in records[process] ?? [] { embed(2, record, into: &scopeLogs) }  // .log_records
+                var resourceLogs: [UInt8] = []
+                embed(1, try resource.serializedBytes(), into: &resourceLogs)  // ResourceLogs.resource
+                embed(2, scopeLogs, into: &resourceLogs)  // .scope_logs
+                embed(1, resourceLogs, into: &request)  // ExportLogsServiceRequest.resource_logs
             }
             return request
+        }
+
+        /// An embedded message as field `number` of the message being written: its tag (wire
+        /// type 2, length-delimited), its length as a varint, its bytes.
+        static func embed(_ number: UInt64, _ message: [UInt8], into out: inout [UInt8]) {
+            func varint(_ value: UInt64) {
+                var rest = value
+                while rest >= 0x80 {
+                    out.append(UInt8(truncatingIfNeeded: rest) | 0x80)
+                    rest >>= 7
+                }
+                out.append(UInt8(rest))
+            }
+            varint(number << 3 | 2)
+            varint(UInt64(message.count))
+            out += message
         }
 
         /// What tells one process's records from another's: their resource.
