@@ -138,17 +138,17 @@ package final class ClickHouseStore: @unchecked Sendable {
         return count
     }
 
-    /// The records as they arrived, de-duplicated, in the order they were received (by the
+    /// The records, their properties first, de-duplicated, in the order they were received (by the
     /// second, then by key), from the `after`th on.
     func events(after: Int, limit: Int) throws -> [String] {
         let text = try run(
-            "SELECT payload FROM \(table) FINAL ORDER BY received_at, event_id LIMIT \(after), \(limit) FORMAT JSONEachRow"
+            "SELECT payload, properties FROM \(table) FINAL ORDER BY received_at, event_id LIMIT \(after), \(limit) FORMAT JSONEachRow"
         )
         return try text.split(separator: "\n").map { line in
             guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                let payload = object["payload"] as? String
-            else { throw CrashCaptureError.corrupt("ClickHouse answered a row that is not {\"payload\":...}") }
-            return payload
+                let payload = object["payload"] as? String, let properties = object["properties"] as? String
+            else { throw CrashCaptureError.corrupt("ClickHouse answered a row without payload and properties") }
+            return ClickHouseRows.record(payload: payload, properties: properties)
         }
     }
 

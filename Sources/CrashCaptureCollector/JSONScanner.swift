@@ -26,6 +26,8 @@ struct JSONScanner {
         var eventName: Range<Int>?
         var sessionID: Range<Int>?
         var properties: Range<Int>?
+        /// The whole `"properties": {...}` member, key included.
+        var propertiesMember: Range<Int>?
         var columns = PropertyColumns()
     }
 
@@ -179,6 +181,7 @@ struct JSONScanner {
         if !closesAtOnce(UInt8(ascii: "}")) {
             repeat {
                 skipSpace()
+                let memberStart = index
                 let key = try string()
                 try refuseRepeated(key.contents, seen: &seen)
                 try expect(UInt8(ascii: ":"))
@@ -210,6 +213,7 @@ struct JSONScanner {
                     if spells(key.contents, "properties") {
                         event.hasProperties = first == UInt8(ascii: "{")
                         event.properties = value
+                        event.propertiesMember = memberStart..<index
                         event.columns = columns
                     } else if spells(key.contents, "session_id") {
                         event.sessionID = value

@@ -55,12 +55,18 @@ import Testing
         #expect((properties as? [String: Any])?["item"] as? String == "caf\u{e9} \u{1F600}")
         let payload = try #require(
             try JSONSerialization.jsonObject(with: Data((buy["payload"] as? String ?? "").utf8)) as? [String: Any])
-        #expect((payload["lib"] as? [String: Any])?["$lib"] as? String == "python", "the record kept whole")
+        #expect((payload["lib"] as? [String: Any])?["$lib"] as? String == "python", "the rest of the record")
+        #expect(payload["properties"] == nil, "the properties are stored once, in their own column")
         #expect(rows[1]["event"] as? String == "$SignUp")
         // The collector's own answers read from ClickHouse too.
         let (status, health) = try collector.get("/health")
         #expect(status == 200 && String(decoding: health, as: UTF8.self).contains("\"events\":3"))
-        #expect(try collector.events().count == 3)
+        // GET /events gives each record whole again.
+        let served = try collector.events()
+        #expect(served.count == 3)
+        let record = try #require(served.first { $0["event"] as? String == "Buy" })
+        #expect((record["properties"] as? [String: Any])?["item"] as? String == "caf\u{e9} \u{1F600}")
+        #expect((record["lib"] as? [String: Any])?["$lib"] as? String == "python")
     }
 
     /// A crash replayed and uploaded through the collector: its row carries the fingerprint and
