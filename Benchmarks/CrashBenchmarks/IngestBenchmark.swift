@@ -52,9 +52,12 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
         stop = { collector.stop() }
     }
     // Enough bodies that none is sent twice at 400,000 events/s.
-    let perConnection = max(1000, seconds * 400_000 / connections / 50)
+    // wrk's threads: one a connection up to 4, then 4 sharing the connections, each thread
+    // sending its own file of bodies in turn on all of its connections.
+    let threads = min(connections, 4)
+    let perConnection = max(1000, seconds * 400_000 / threads / 50)
     let pad = String(repeating: "p", count: 600)
-    DispatchQueue.concurrentPerform(iterations: connections) { connection in
+    DispatchQueue.concurrentPerform(iterations: threads) { connection in
         var lines: [UInt8] = []
         for batch in 0..<perConnection {
             let events = (0..<50).map {
@@ -71,7 +74,7 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
     let report = try ChildProcess.run(
         path: "/usr/bin/env",
         arguments: [
-            "wrk", "-t\(connections)", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url, "--",
+            "wrk", "-t\(threads)", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url, "--",
             directory + "/bodies",
         ],
         environment: ProcessInfo.processInfo.environment, timeout: Double(seconds + 120))
@@ -116,18 +119,24 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
 /// under wrk of each, then two collectors on one ClickHouse table, every event sent through
 /// both (4 Python clients, two a collector, the two pairs with the same event ids): the
 /// table must hold each event once.
-func ingestClickHouse(seconds: Int, connections: Int, batches: Int) throws {
+func ingestClickHouse(seconds: Int, connections: [Int], batches: Int) throws {
     let directory = temporaryDirectory()
     let server = try ClickHouseServer(directory: directory + "/clickhouse")
     let url = server.url + "?database=crashcap"
-    var sqliteRates: [Double] = []
-    var clickHouseRates: [Double] = []
-    for round in 1...2 {
-        print("### Round \(round)\n")
-        sqliteRates.append(try ingestUnderWrk(seconds: seconds, connections: connections, collector: nil))
-        try server.query("DROP TABLE IF EXISTS crashcap.events")
-        clickHouseRates.append(
-            try ingestUnderWrk(seconds: seconds, connections: connections, collector: nil, clickHouse: url))
+    var summary: [String] = []
+    for count in connections {
+        var sqliteRates: [Double] = []
+        var clickHouseRates: [Double] = []
+        for round in 1...2 {
+            print("### \(count) connections, round \(round)\n")
+            sqliteRates.append(try ingestUnderWrk(seconds: seconds, connections: count, collector: nil))
+            try server.query("DROP TABLE IF EXISTS crashcap.events")
+            clickHouseRates.append(
+                try ingestUnderWrk(seconds: seconds, connections: count, collector: nil, clickHouse: url))
+        }
+        summary.append(
+            "\(count) connections: ClickHouse \(clickHouseRates.map { format($0, 0) }.joined(separator: " / ")) events/s against SQLite \(sqliteRates.map { format($0, 0) }.joined(separator: " / "))"
+        )
     }
     try server.query("DROP TABLE IF EXISTS crashcap.events")
     let collectors = try (0..<2).map { _ in try IngestCollector(port: 0, storage: .clickHouse(URL(string: url)!)) }
@@ -161,9 +170,8 @@ func ingestClickHouse(seconds: Int, connections: Int, batches: Int) throws {
         "| \(expected) | \(rows) | \(distinct) | \(final) | \(expected - distinct) | \(final - distinct) | \(failed.count) | \(format(elapsed, 1)) s |"
     )
     print("")
-    print(
-        "ClickHouse \(clickHouseRates.map { format($0, 0) }.joined(separator: " / ")) events/s against SQLite \(sqliteRates.map { format($0, 0) }.joined(separator: " / ")) in the same run"
-    )
+    print("In the same run, two rounds each:\n")
+    for line in summary { print("- " + line) }
 }
 
 /// CPU seconds each thread of a process has used, by thread name (threads of one name added).

@@ -154,8 +154,10 @@ case "decode":
         }
     }
 case "ingest-clickhouse":
+    // A fleet's collector has many clients at once: 128 connections, and the 4 of `ingest`.
+    let given = option("--connections", default: 0)
     try ingestClickHouse(
-        seconds: option("--seconds", default: 5), connections: max(1, option("--connections", default: 4)),
+        seconds: option("--seconds", default: 5), connections: given > 0 ? [given] : [4, 128],
         batches: option("--batches", default: 500))
 case "ingest":
     let other = arguments.firstIndex(of: "--collector").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
