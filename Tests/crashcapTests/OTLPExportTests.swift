@@ -152,6 +152,26 @@ final class OTLPReceiver {
         #expect(refused.stderr.contains("refused by the server"), "\(refused.stderr)")
     }
 
+    /// The sidecar with `--otlp`: a crash reaches the OTLP receiver without the app starting again.
+    @Test func watchSendsACrashAsItHappens() throws {
+        let receiver = try OTLPReceiver()
+        let directory = makeTemporaryDirectory("otlp-watch")
+        let watch = try Child(Paths.crashcap, ["watch", directory, "--otlp", receiver.url])
+        #expect(watch.waitForOutput("watching"))
+        let crashed = try run(Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory])
+        #expect(crashed.signal == SIGSEGV)
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, !receiver.records.contains(where: { $0.record["eventName"] as? String == "app.crash" })
+        {
+            usleep(50_000)
+        }
+        let crash = try #require(receiver.records.first { $0.record["eventName"] as? String == "app.crash" })
+        #expect(
+            OTLPReceiver.attributes(crash.record["attributes"])["exception.type"] as? String == "SIGSEGV (SEGV_MAPERR)")
+        kill(watch.pid, SIGTERM)
+        #expect(watch.wait(timeout: 10))
+    }
+
     @Test func otlpAndUploadTogetherIsAUsageError() throws {
         let both = try run(
             Paths.crashcap,
