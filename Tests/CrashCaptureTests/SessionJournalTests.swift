@@ -281,7 +281,15 @@ import Testing
         }
         let last = try run(Paths.crashcap, ["replay", directory])
         #expect(last.exitCode == 0, "\(last.stdout)\(last.stderr)")
-        try checkStorm(try storedEvents(directory), acked: acked, session: session)
+        // Seen once under a full parallel run: the events stored before the kill missing. What
+        // the directory holds then (a store set aside?) says where they went.
+        let stored = try storedEvents(directory)
+        if events(stored, named: "$AppStart", session: session).isEmpty {
+            Issue.record(
+                "no $AppStart; the directory holds \((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []); the last replay said \(last.stdout) \(last.stderr)"
+            )
+        }
+        try checkStorm(stored, acked: acked, session: session)
         #expect(sessionFiles(directory).isEmpty)
     }
 

@@ -160,12 +160,15 @@ final class OTLPReceiver {
         #expect(watch.waitForOutput("watching"))
         let crashed = try run(Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory])
         #expect(crashed.signal == SIGSEGV)
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, !receiver.records.contains(where: { $0.record["eventName"] as? String == "app.crash" })
         {
             usleep(50_000)
         }
-        let crash = try #require(receiver.records.first { $0.record["eventName"] as? String == "app.crash" })
+        let crash = try #require(
+            receiver.records.first { $0.record["eventName"] as? String == "app.crash" },
+            "watch: \(watch.stdout) \(watch.stderr); receiver: \(receiver.child.stderr); records: \(receiver.records.count)"
+        )
         #expect(
             OTLPReceiver.attributes(crash.record["attributes"])["exception.type"] as? String == "SIGSEGV (SEGV_MAPERR)")
         kill(watch.pid, SIGTERM)
