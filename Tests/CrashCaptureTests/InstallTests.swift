@@ -95,6 +95,26 @@ import Testing
         #expect(crashFiles(in: directory).isEmpty, "uninstall leaves no crash file")
     }
 
+    /// A new store is made off the installing thread. When it cannot be made there (its WAL's
+    /// name taken by a folder), the app runs on, says so, and its events wait in the session
+    /// file: the next start, with the obstacle gone, stores every one of them.
+    @Test func aStoreThatCannotBeMadeInTheBackgroundLosesNoEvent() throws {
+        let directory = makeTemporaryDirectory("store-background")
+        try FileManager.default.createDirectory(
+            atPath: directory + "/events.sqlite-wal", withIntermediateDirectories: false)
+        let environment = ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "7", "CRASH_SAMPLE_EXIT_FLUSH": "0.5"]
+        let first = try run(Paths.swiftSample, ["pipeline-track"], environment: environment, timeout: 30)
+        #expect(first.exitCode == 0, "\(first.stderr)")
+        #expect(first.stderr.contains("could not be made"), "\(first.stderr)")
+        try FileManager.default.removeItem(atPath: directory + "/events.sqlite-wal")
+        try? FileManager.default.removeItem(atPath: directory + "/events.sqlite")
+        let second = try run(Paths.swiftSample, ["pipeline-track"], environment: environment, timeout: 30)
+        #expect(second.exitCode == 0, "\(second.stderr)")
+        let stored = try EventStore(path: directory + "/events.sqlite").events(limit: 1000).map(\.payload)
+        let tracked = stored.filter { $0.contains("\"sample_event\"") }
+        #expect(tracked.count == 14, "both runs' events: \(tracked.count) of 14")
+    }
+
     @Test func distinctIDPersistsAcrossSessions() throws {
         let directory = makeTemporaryDirectory("identity")
         var ids: [String] = []

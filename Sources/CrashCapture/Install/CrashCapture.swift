@@ -387,10 +387,26 @@ extension CrashCapture {
     static func makePipeline(_ configuration: Configuration) throws -> EventPipeline {
         let directory = configuration.directory
         // The full integrity read waits for the writer queue (below): not on the caller's thread.
+        // A new store is made off it too (its first user waits): only a folder that cannot
+        // hold it is an error here, as it was when the store was made on this thread.
+        // Under a small file-size limit it is made here as before, for its failure to be
+        // install's error.
+        let storePath = configuration.eventStorePath ?? directory + "/events.sqlite"
+        var fileSizeLimit = rlimit()
+        let roomy =
+            getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &fileSizeLimit) == 0
+            && fileSizeLimit.rlim_cur >= 64 << 20
+        let storeIsNew = roomy && access(storePath, F_OK) != 0
+        if storeIsNew {
+            let parent = (storePath as NSString).deletingLastPathComponent
+            guard access(parent.isEmpty ? "." : parent, W_OK | X_OK) == 0 else {
+                throw CrashCaptureError.system(
+                    "cannot make the event store: its folder is missing or not writable", path: storePath)
+            }
+        }
         let store = try EventStore(
-            path: configuration.eventStorePath ?? directory + "/events.sqlite", limits: configuration.storeLimits,
-            verifyNow: false)
-        if let notice = store.movedAsideNotice { logger.warning("\(notice)") }
+            path: storePath, limits: configuration.storeLimits, verifyNow: false, openInBackground: storeIsNew)
+        if !storeIsNew, let notice = store.movedAsideNotice { logger.warning("\(notice)") }
         if configuration.otlpURL != nil && configuration.serverURL != nil {
             throw CrashCaptureError.invalidArgument(
                 "serverURL (Sensors Analytics) and otlpURL (OpenTelemetry logs) are both set: events go to one of them")
@@ -431,7 +447,9 @@ extension CrashCapture {
             store: store, identity: identity, uploader: uploader, journal: journal,
             tracksLifecycle: configuration.trackLifecycle, fullJournalWait: configuration.fullJournalWait)
         state.directory = directory
-        state.lastRun = determineLastRun(directory: directory, store: store, ownSessionID: identity.sessionID)
+        // A new store holds no crash history: not waiting for it to be made.
+        state.lastRun = determineLastRun(
+            directory: directory, store: storeIsNew ? nil : store, ownSessionID: identity.sessionID)
         for name in ["login_id", "distinct_id"] { PrivateFiles.tighten(directory + "/" + name) }
         state.anonymousID = String(cString: crashcapture_distinct_id())
         if let saved = PrivateFiles.readSmall(directory + "/login_id").map({ String(decoding: $0, as: UTF8.self) }),

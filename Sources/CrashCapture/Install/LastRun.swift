@@ -36,14 +36,14 @@ extension CrashCapture {
 
     /// The newest crash the directory knows of (a crash file not yet imported, or the store's
     /// crash history), against what the last normal end and the last start recorded.
-    static func determineLastRun(directory: String, store: EventStore, ownSessionID: String) -> LastRun {
+    static func determineLastRun(directory: String, store: EventStore?, ownSessionID: String) -> LastRun {
         let saved = PrivateFiles.readSmall(directory + "/" + lastRunFile).flatMap { JSONTree.object($0) } ?? [:]
         func number(_ key: String) -> Int64 { (saved[key] as? NSNumber)?.int64Value ?? 0 }
         let cleanEnd = number("clean_end_ms")
         let counted = number("counted_crash_ms")
         let consecutive = Int(number("consecutive"))
         var newest: (time: Int64, signal: String, title: String)?
-        if let imported = try? store.crashHistory(limit: 1).first {
+        if let imported = try? store?.crashHistory(limit: 1).first {
             newest = (imported.timeMilliseconds, imported.signal, imported.title)
         }
         if let pending = newestPendingCrash(directory: directory, excluding: ownSessionID),

@@ -44,14 +44,26 @@ enum FileSizeSignal {
 }
 
 /// The store's lock: one thread in the database at a time, with SIGXFSZ blocked while it is.
+/// A store opened in the background holds the gate shut until it is open: every `lock()`
+/// waits at it first (once open, the wait is one atomic read).
 final class StoreLock: @unchecked Sendable {  // `saved` is touched only while `mutex` is held
     private let mutex = NSLock()
     private var saved = sigset_t()
+    private let gate = DispatchGroup()
 
     func lock() {
+        gate.wait()
+        lockPastTheGate()
+    }
+
+    /// For the opener, which works behind the shut gate.
+    func lockPastTheGate() {
         mutex.lock()
         saved = FileSizeSignal.block()
     }
+
+    func shutGate() { gate.enter() }
+    func openGate() { gate.leave() }
 
     func unlock() {
         FileSizeSignal.restore(saved)
