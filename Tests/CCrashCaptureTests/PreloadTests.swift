@@ -23,6 +23,19 @@ import Testing
         #expect(!result.stdout.contains("swift"), "\(result.stdout)")
     }
 
+    /// No thread-local storage of ours: a static TLS block is zeroed for every thread a
+    /// program starts, and for its main thread at load, whether it ever tracks or crashes.
+    /// A 64 KiB buffer there once cost every process under the library 16 page faults.
+    @Test func libraryAddsNoThreadLocalStorage() throws {
+        try requireLibrary()
+        for library in [Paths.preloadLibrary, Paths.cLibraryDirectory + "/libcrashcapture.so"] {
+            let sections = try run("/usr/bin/env", ["readelf", "-SW", library])
+            #expect(sections.exitCode == 0, "\(sections.stderr)")
+            #expect(sections.stdout.contains(".text"), "readelf read it")
+            #expect(!sections.stdout.contains(".tbss") && !sections.stdout.contains(".tdata"), "\(library)")
+        }
+    }
+
     @Test func pythonNullReadUnderPreload() throws {
         try requireLibrary()
         let directory = makeTemporaryDirectory("python")

@@ -1,6 +1,7 @@
 // crashcapture_track for C programs: the event is serialized here into the journal entry the
 // Swift SDK's track() writes (the session's shared part left out, marked by 0x01), so that a
 // replay, or the SDK's writer in a Swift process, imports it like any other.
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -32,8 +33,12 @@ int crashcapture_track(const char *event, const crashcapture_property *propertie
     }
     crashcapture_journal *journal = cc_session_journal_for_events();
     if (journal == NULL) return cc_fail("no journal: the session file has no room for one");
-    static _Thread_local char text[CCF_NOTES_CONTEXT_SLOT_SIZE * 16];
-    cc_buf b = {text, 0, sizeof(text), false};
+    // On the heap, not in thread-local storage: a static TLS block of this size was zeroed for
+    // every thread the program ever started, and for its main thread at load, tracking or not.
+    enum { capacity = CCF_NOTES_CONTEXT_SLOT_SIZE * 16 };
+    char *text = malloc(capacity);
+    if (text == NULL) return cc_fail("no memory for the event");
+    cc_buf b = {text, 0, capacity, false};
     cc_buf_append_str(&b, "{\"type\":\"track\",\"event\":");
     cc_buf_append_json_string(&b, event, 128);
     cc_buf_append_str(&b, ",\"time\":");
@@ -55,9 +60,12 @@ int crashcapture_track(const char *event, const crashcapture_property *propertie
         cc_buf_append_json_string(&b, properties[i].value != NULL ? properties[i].value : "", 8192);
     }
     cc_buf_append_str(&b, "}}");
-    if (b.overflow) return cc_fail("the event is larger than %zu bytes", sizeof(text));
+    int result = 0;
+    if (b.overflow)
+        result = cc_fail("the event is larger than %d bytes", (int)capacity);
     // Never blocks: a C program has no writer draining its journal while it runs.
-    if (crashcapture_journal_append(journal, CCF_JOURNAL_EVENT, text, b.len, 0) != 0)
-        return cc_fail("the journal is full: the event was dropped and counted");
-    return 0;
+    else if (crashcapture_journal_append(journal, CCF_JOURNAL_EVENT, text, b.len, 0) != 0)
+        result = cc_fail("the journal is full: the event was dropped and counted");
+    free(text);
+    return result;
 }
