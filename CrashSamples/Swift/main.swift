@@ -221,7 +221,8 @@ func trackBurst(_ count: Int) {
         Data("{\"disk\":\(disk),\"dropped\":\(CrashCapture.droppedBeforeStore),\"p99_ns\":\(p99)}\n".utf8))
 }
 
-/// Four threads track numbered events until the process is killed. After each track() returns,
+/// Four threads track numbered events until the process is killed (at most 24,000 each, then
+/// they wait for the kill). After each track() returns,
 /// the thread's count in CRASH_SAMPLE_ACK_FILE (five little-endian Int64, mapped shared) says so,
 /// and the fifth is `droppedBeforeStore`: the test knows which events the library accepted,
 /// whenever the kill comes.
@@ -238,13 +239,16 @@ func trackUntilKilled() -> Never {
         Thread {
             let counts = UnsafeMutablePointer<Int64>(bitPattern: address)!
             var index = 0
-            while true {
+            // At most 24,000 each: four threads stay under the store's cap of 100,000 events,
+            // past which the oldest are dropped (a fast machine reached 102,000 before the kill).
+            while index < 24_000 {
                 try! CrashCapture.track(
                     "storm_event", properties: ["thread": .int(thread), "index": .int(index), "pad": "0123456789"])
                 index += 1
                 counts[4] = Int64(CrashCapture.droppedBeforeStore)
                 counts[thread] = Int64(index)
             }
+            while true { sleep(10) }
         }.start()
     }
     FileHandle.standardOutput.write(Data("ready\n".utf8))
