@@ -4,6 +4,20 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
+/// The stored events of a track() run of `count` events, as they would be uploaded, and the
+/// directory that holds their store.
+func trackedPayloads(_ count: Int) throws -> (directory: String, payloads: [(String, String)]) {
+    let directory = temporaryDirectory()
+    let configuration = CrashCapture.Configuration(
+        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
+        trackLifecycle: false, journalBytes: 128 << 20)
+    _ = try trackRun(events: count, configuration: configuration)
+    let payloads = try EventStore(path: directory + "/events.sqlite").events(limit: count).map {
+        ($0.eventID, $0.payload)
+    }
+    return (directory, payloads)
+}
+
 /// OTLP export: the events of a track() run, stored, then sent by the uploader as OTLP/HTTP
 /// logs (protobuf, gzip, batches of 50 as the defaults say) to a receiver on loopback that
 /// answers 200 to each request once its body has arrived, and nothing more; beside it, in the

@@ -62,27 +62,11 @@ case "watch":
     try watchBenchmark(runs: option("--runs", default: 30))
 case "upload":
     // The upload alone, for profiling: the events of a track() run, then the collector.
-    let directory = temporaryDirectory()
-    let configuration = CrashCapture.Configuration(
-        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
-        trackLifecycle: false, journalBytes: 128 << 20)
-    let count = option("--events", default: 50_000)
-    _ = try trackRun(events: count, configuration: configuration)
-    let payloads = try EventStore(path: directory + "/events.sqlite").events(limit: count).map {
-        ($0.eventID, $0.payload)
-    }
+    let (directory, payloads) = try trackedPayloads(option("--events", default: 50_000))
     try uploadBenchmark(payloads: payloads, directory: directory, rounds: option("--rounds", default: 5))
 case "otlp":
     // The events of a track() run, sent as OTLP logs and in the Sensors format.
-    let directory = temporaryDirectory()
-    let configuration = CrashCapture.Configuration(
-        directory: directory, appName: "bench", appVersion: "1.0", staticProperties: ["tier": "bench"],
-        trackLifecycle: false, journalBytes: 128 << 20)
-    let count = option("--events", default: 50_000)
-    _ = try trackRun(events: count, configuration: configuration)
-    let payloads = try EventStore(path: directory + "/events.sqlite").events(limit: count).map {
-        ($0.eventID, $0.payload)
-    }
+    let (directory, payloads) = try trackedPayloads(option("--events", default: 50_000))
     try otlpBenchmark(payloads: payloads, directory: directory, rounds: option("--rounds", default: 3))
 case "claim":
     // The uploader's store alone: finish the last batch and claim the next, in one
