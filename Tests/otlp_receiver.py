@@ -3,6 +3,9 @@ official opentelemetry-proto package (not by CrashCapture's code), and written a
 (protobuf's own JSON mapping) to OUTPUT. Answers an ExportLogsServiceResponse.
 
     python3 Tests/otlp_receiver.py OUTPUT PACKAGES [--fail-first N --status S [--retry-after SECONDS]]
+        [--partial N MESSAGE]
+
+--partial answers every request with a partial success that refuses N records, saying MESSAGE.
 
 Prints "listening on PORT" once it listens on 127.0.0.1.
 """
@@ -25,6 +28,8 @@ def option(name, default):
 fail_first = option("--fail-first", 0)
 fail_status = option("--status", 503)
 retry_after = option("--retry-after", "")
+partial = option("--partial", 0)
+partial_message = options[options.index("--partial") + 2] if "--partial" in options else ""
 requests = 0
 
 
@@ -54,7 +59,11 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             return
         with open(output, "a") as out:
             out.write(json_format.MessageToJson(request, indent=None) + "\n")
-        self.answer(200, logs_service_pb2.ExportLogsServiceResponse().SerializeToString(), "application/x-protobuf")
+        response = logs_service_pb2.ExportLogsServiceResponse()
+        if partial:
+            response.partial_success.rejected_log_records = partial
+            response.partial_success.error_message = partial_message
+        self.answer(200, response.SerializeToString(), "application/x-protobuf")
 
     def answer(self, status, data, content_type, retry=""):
         self.send_response(status)

@@ -108,6 +108,12 @@ struct UploadTarget: ParsableArguments {
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
         say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(uploader.endpoint))")
+        if stats.refusedByReceiver > 0 {
+            FileHandle.standardError.write(
+                Data(
+                    ("crashcap: the receiver accepted every batch but refused \(stats.refusedByReceiver) records in them: "
+                        + "\(stats.lastError ?? "")\n").utf8))
+        }
         if stats.splitBatches > 0 {
             say("\(stats.splitBatches) batches were too large (413) and sent again in halves")
         }

@@ -175,6 +175,21 @@ final class OTLPReceiver {
         #expect(watch.wait(timeout: 10))
     }
 
+    /// A receiver that takes the batch but refuses two of its records (a partial success): the
+    /// batch is not sent again, and the tool says what the receiver said.
+    @Test func aPartialSuccessIsReportedNotRetried() throws {
+        let directory = makeTemporaryDirectory("otlp-partial")
+        #expect(try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory]).signal == SIGABRT)
+        let receiver = try OTLPReceiver(["--partial", "2", "attribute too long"])
+        let replay = try run(Paths.crashcap, ["replay", directory, "--otlp", receiver.url], timeout: 60)
+        #expect(replay.exitCode == 0, "\(replay.stderr)")
+        #expect(replay.stdout.contains("uploaded 3 of 3 events"), "\(replay.stdout)")
+        #expect(
+            replay.stderr.contains("refused 2 records in them: the receiver refused 2 records: attribute too long"),
+            "\(replay.stderr)")
+        #expect(receiver.requests.count == 1, "sent once")
+    }
+
     @Test func otlpAndUploadTogetherIsAUsageError() throws {
         let both = try run(
             Paths.crashcap,

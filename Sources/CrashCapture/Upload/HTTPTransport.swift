@@ -40,8 +40,10 @@ internal import Foundation
                 request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
             task.futureResult.whenComplete { response in
                 switch response {
-                case .success(let (status, text, retryAfter)):
-                    result.value = Uploader.classify(status: status, text: text, retryAfter: retryAfter)
+                case .success(let (status, body, retryAfter)):
+                    result.value = Uploader.classify(
+                        status: status, body: body, retryAfter: retryAfter,
+                        otlp: contentType == OTLPEncoding.contentType)
                 case .failure(let error): result.value = .retry("network error: \(error)")
                 }
                 done.signal()
@@ -61,8 +63,8 @@ internal import Foundation
     /// the rest go by: a server's answer never grows memory. `@unchecked`: async-http-client
     /// calls a delegate on one event loop, one callback at a time.
     private final class StatusAndText: HTTPClientResponseDelegate, @unchecked Sendable {
-        typealias Response = (status: Int, text: String, retryAfter: String?)
-        private static let keep = 300
+        typealias Response = (status: Int, body: [UInt8], retryAfter: String?)
+        private static let keep = 4096
         private var status = 0
         private var retryAfter: String?
         private var start = ByteBuffer()
@@ -82,7 +84,7 @@ internal import Foundation
         }
 
         func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
-            (status, String(decoding: start.readableBytesView, as: UTF8.self), retryAfter)
+            (status, Array(start.readableBytesView), retryAfter)
         }
     }
 #else

@@ -45,6 +45,19 @@ package enum OTLPEncoding {
         #endif
     }
 
+    /// A receiver's answer that refused records: how many, and its message; nil when it
+    /// refused none, or the answer is not an `ExportLogsServiceResponse`.
+    package static func refusals(in body: [UInt8]) -> (Int, String)? {
+        #if HTTPUpload
+            guard !body.isEmpty, let response = try? OTLPExportLogsServiceResponse(serializedBytes: body),
+                response.hasPartialSuccess, response.partialSuccess.rejectedLogRecords > 0
+            else { return nil }
+            return (Int(response.partialSuccess.rejectedLogRecords), response.partialSuccess.errorMessage)
+        #else
+            return nil
+        #endif
+    }
+
     #if HTTPUpload
         /// An `ExportLogsServiceRequest`, serialized. swift-protobuf serializes each log record;
         /// the three messages around the records (request, resource logs, scope logs) are framed

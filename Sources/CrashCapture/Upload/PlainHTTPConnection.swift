@@ -24,9 +24,10 @@ final class PlainHTTPConnection: @unchecked Sendable {
     /// it since.
     private var reused = false
 
-    /// Longest response head taken; a response's body is kept to its first `keptBody` bytes.
+    /// Longest response head taken; a response's body is kept to its first `keptBody` bytes
+    /// (enough for an OTLP receiver's partial success and its message).
     static let maximumHead = 64 << 10
-    static let keptBody = 300
+    static let keptBody = 4096
 
     init(endpoint: URL) {
         let name = endpoint.host ?? "localhost"
@@ -51,11 +52,12 @@ final class PlainHTTPConnection: @unchecked Sendable {
         var answeredEarly = false
     }
 
-    /// The answer: status, the start of the body, and Retry-After.
+    /// The answer: status, the start of the body (as bytes, and as text), and Retry-After.
     struct Response {
         var status: Int
-        var text: String
+        var body: [UInt8]
         var retryAfter: String?
+        var text: String { String(decoding: body, as: UTF8.self) }
     }
 
     /// Sends one POST and returns its answer, reading it only when the returned function is
@@ -250,8 +252,7 @@ final class PlainHTTPConnection: @unchecked Sendable {
             }
             if !head.keepAlive { close() }
             return .success(
-                Response(
-                    status: head.status, text: String(decoding: text, as: UTF8.self), retryAfter: head.retryAfter))
+                Response(status: head.status, body: text, retryAfter: head.retryAfter))
         } catch var failure as Failure {
             failure.staleConnection = wasReused && reader.received == 0
             close()

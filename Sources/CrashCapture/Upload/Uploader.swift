@@ -65,6 +65,9 @@ package enum UploadFormat: Sendable, Equatable {
 package final class Uploader: @unchecked Sendable {
     package enum Outcome: Equatable, Sendable {
         case accepted
+        /// Accepted, but the receiver refused this many records, saying why (OTLP's partial
+        /// success); they are not sent again.
+        case acceptedWithRefusals(Int, String)
         case retry(String)
         /// A 429 or 503 whose Retry-After asks for this many seconds at least.
         case retryAfter(String, Double)
@@ -74,6 +77,8 @@ package final class Uploader: @unchecked Sendable {
     package struct Statistics: Sendable {
         package var acceptedBatches = 0
         package var acceptedEvents = 0
+        /// Records a receiver refused inside a batch it accepted (OTLP's partial success).
+        package var refusedByReceiver = 0
         package var failedAttempts = 0
         package var rejectedBatches = 0
         /// Events the server refused for good (kept in `rejected_events`), one 413 at a time
@@ -238,7 +243,14 @@ package final class Uploader: @unchecked Sendable {
             let outcome = request.outcome()
             lock.lock()
             switch outcome {
-            case .accepted:
+            case .accepted, .acceptedWithRefusals:
+                if case .acceptedWithRefusals(let refused, let message) = outcome {
+                    stats.refusedByReceiver += refused
+                    stats.lastError = "the receiver refused \(refused) records: \(message)"
+                    CrashCapture.logger.warning(
+                        "the receiver took the batch but refused some of its records",
+                        metadata: ["refused": "\(refused)", "message": "\(message)"])
+                }
                 failures = 0
                 retryAt = .distantPast
                 claimLimit = nil
@@ -367,13 +379,26 @@ package final class Uploader: @unchecked Sendable {
         }
         let answer = plainConnection.post(
             body, contentType: format.contentType, headers: format.headers, timeout: timeout)
+        let otlp = format == .openTelemetryLogs
         return InFlight {
             switch answer() {
             case .success(let response):
-                Self.classify(status: response.status, text: response.text, retryAfter: response.retryAfter)
+                Self.classify(
+                    status: response.status, body: response.body, retryAfter: response.retryAfter,
+                    otlp: otlp)
             case .failure(let failure): .retry("network error: \(failure)")
             }
         }
+    }
+
+    /// `body`: the start of the answer. An OTLP receiver's 200 may say that it refused some
+    /// records (a partial success), which is not to be sent again.
+    static func classify(status: Int, body: [UInt8], retryAfter: String? = nil, otlp: Bool = false) -> Outcome {
+        if otlp, (200..<300).contains(status), let (refused, message) = OTLPEncoding.refusals(in: body) {
+            return .acceptedWithRefusals(refused, message)
+        }
+        // A message's worth of the answer: an error page is cut where a person stops reading.
+        return classify(status: status, text: String(decoding: body.prefix(300), as: UTF8.self), retryAfter: retryAfter)
     }
 
     static func classify(status: Int, text: String, retryAfter: String? = nil) -> Outcome {
