@@ -92,6 +92,10 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
     let stored = try storedCount()
     let refused = report.stdout.contains("Non-2xx") ? field("Non-2xx or 3xx responses:") : "0"
     stop()
+    // What this round wrote (a gigabyte of SQLite and WAL, say) goes before the next round
+    // starts, not while it runs: the next round measures its own store, not this one's writeback.
+    try? FileManager.default.removeItem(atPath: directory)
+    sync()
     // CPU an event by the collector's threads: its event loop, its thread pools (SQLite's; the
     // decoders' stay idle for batches this small), and the rest of the process (checkpoints,
     // on libdispatch's threads).
@@ -122,7 +126,10 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
 func ingestClickHouse(seconds: Int, connections: [Int], batches: Int) throws {
     let directory = temporaryDirectory()
     let server = try ClickHouseServer(directory: directory + "/clickhouse")
-    let url = server.url + "?database=crashcap"
+    // A database of its own for every round, never a table dropped and made again: the files
+    // of a dropped table are deleted while the next round runs, and ext4 then takes longer to
+    // allocate the inodes of every new part (the round after a drop ran at half the rate).
+    func database(_ name: String) -> String { server.url + "?database=" + name }
     var summary: [String] = []
     for count in connections {
         var sqliteRates: [Double] = []
@@ -130,16 +137,18 @@ func ingestClickHouse(seconds: Int, connections: [Int], batches: Int) throws {
         for round in 1...2 {
             print("### \(count) connections, round \(round)\n")
             sqliteRates.append(try ingestUnderWrk(seconds: seconds, connections: count, collector: nil))
-            try server.query("DROP TABLE IF EXISTS crashcap.events")
             clickHouseRates.append(
-                try ingestUnderWrk(seconds: seconds, connections: count, collector: nil, clickHouse: url))
+                try ingestUnderWrk(
+                    seconds: seconds, connections: count, collector: nil, clickHouse: database("wrk_\(count)_\(round)"))
+            )
         }
         summary.append(
             "\(count) connections: ClickHouse \(clickHouseRates.map { format($0, 0) }.joined(separator: " / ")) events/s against SQLite \(sqliteRates.map { format($0, 0) }.joined(separator: " / "))"
         )
     }
-    try server.query("DROP TABLE IF EXISTS crashcap.events")
-    let collectors = try (0..<2).map { _ in try IngestCollector(port: 0, storage: .clickHouse(URL(string: url)!)) }
+    let collectors = try (0..<2).map { _ in
+        try IngestCollector(port: 0, storage: .clickHouse(URL(string: database("crashcap"))!))
+    }
     let script =
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path
         + "/upload_baseline.py"
