@@ -108,25 +108,23 @@ struct UploadTarget: ParsableArguments {
         uploader.flushNow(deadline: Date().addingTimeInterval(uploadTimeout))
         let stats = uploader.statistics
         say("uploaded \(stats.acceptedEvents) of \(before) events to \(Uploader.redacted(uploader.endpoint))")
+        func warn(_ line: String) { FileHandle.standardError.write(Data("crashcap: \(line)\n".utf8)) }
         if stats.refusedByReceiver > 0 {
-            FileHandle.standardError.write(
-                Data(
-                    ("crashcap: the receiver accepted every batch but refused \(stats.refusedByReceiver) records in them: "
-                        + "\(stats.lastError ?? "")\n").utf8))
+            warn(
+                "the receiver refused \(stats.refusedByReceiver) records of the batches it took (not sent again): \(stats.lastError ?? "")"
+            )
         }
         if stats.splitBatches > 0 {
             say("\(stats.splitBatches) batches were too large (413) and sent again in halves")
         }
         if stats.rejectedEvents > 0 {
-            FileHandle.standardError.write(
-                Data(
-                    ("crashcap: \(stats.rejectedEvents) events were refused by the server and set aside in "
-                        + "rejected_events: \(stats.lastError ?? "")\n").utf8))
+            warn(
+                "\(stats.rejectedEvents) events were refused by the server and set aside in rejected_events: \(stats.lastError ?? "")"
+            )
             throw ExitCode(65)
         }
         if store.count > 0 {
-            FileHandle.standardError.write(
-                Data("crashcap: \(store.count) events still pending: \(stats.lastError ?? "time ran out")\n".utf8))
+            warn("\(store.count) events still pending: \(stats.lastError ?? "time ran out")")
             return false
         }
         return true
