@@ -3,9 +3,10 @@ official opentelemetry-proto package (not by CrashCapture's code), and written a
 (protobuf's own JSON mapping) to OUTPUT. Answers an ExportLogsServiceResponse.
 
     python3 Tests/otlp_receiver.py OUTPUT PACKAGES [--fail-first N --status S [--retry-after SECONDS]]
-        [--partial N MESSAGE]
+        [--partial N MESSAGE] [--require-header NAME VALUE]
 
 --partial answers every request with a partial success that refuses N records, saying MESSAGE.
+--require-header answers 401 to a request without that header and value (an API key).
 
 Prints "listening on PORT" once it listens on 127.0.0.1.
 """
@@ -30,6 +31,7 @@ fail_status = option("--status", 503)
 retry_after = option("--retry-after", "")
 partial = option("--partial", 0)
 partial_message = options[options.index("--partial") + 2] if "--partial" in options else ""
+required = options[options.index("--require-header") + 1 : options.index("--require-header") + 3] if "--require-header" in options else None
 requests = 0
 
 
@@ -42,6 +44,9 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         requests += 1
         if requests <= fail_first:
             self.answer(fail_status, b"failure on purpose", "text/plain", retry_after)
+            return
+        if required and self.headers.get(required[0]) != required[1]:
+            self.answer(401, b"missing or wrong API key", "text/plain")
             return
         if self.path != "/v1/logs":
             self.answer(404, b"no route", "text/plain")

@@ -51,6 +51,13 @@ struct UploadTarget: ParsableArguments {
             valueName: "url"))
     var otlp: String?
 
+    @Option(
+        name: .customLong("header"),
+        help: ArgumentHelp(
+            "A header every upload request carries, as 'Name: value' (repeatable): an OTLP backend's API key, say. With --otlp and none given, OTEL_EXPORTER_OTLP_LOGS_HEADERS or OTEL_EXPORTER_OTLP_HEADERS.",
+            valueName: "header"))
+    var headers: [String] = []
+
     @Flag(help: "Allow plain http to a host that is not this machine.")
     var allowInsecureHTTP = false
 
@@ -61,6 +68,29 @@ struct UploadTarget: ParsableArguments {
         if url != nil && otlp != nil {
             throw ValidationError("--upload sends the Sensors Analytics format and --otlp OpenTelemetry logs: give one")
         }
+        _ = try uploadHeaders()
+    }
+
+    /// `--header` as given, or OpenTelemetry's variables for --otlp.
+    func uploadHeaders() throws -> [String: String] {
+        if headers.isEmpty { return otlp != nil ? Uploader.otlpHeadersFromEnvironment() : [:] }
+        var parsed: [String: String] = [:]
+        for header in headers {
+            guard let colon = header.firstIndex(of: ":") else {
+                throw ValidationError("--header \"\(header)\" is not 'Name: value'")
+            }
+            parsed[String(header[..<colon]).trimmingCharacters(in: .whitespaces)] =
+                String(header[header.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+        }
+        return parsed
+    }
+
+    /// The options every upload of the CLI uses.
+    func uploadOptions() throws -> UploadOptions {
+        var options = UploadOptions()
+        options.allowInsecureHTTP = allowInsecureHTTP
+        options.headers = try uploadHeaders()
+        return options
     }
 
     var format: UploadFormat { otlp != nil ? .openTelemetryLogs : .sensorsAnalytics }
@@ -89,11 +119,9 @@ struct UploadTarget: ParsableArguments {
                 print(line)
             }
         }
-        var options = UploadOptions()
-        options.allowInsecureHTTP = allowInsecureHTTP
         let uploader: Uploader
         do {
-            uploader = try Uploader(endpoint: endpoint, store: store, options: options, format: format)
+            uploader = try Uploader(endpoint: endpoint, store: store, options: try uploadOptions(), format: format)
         } catch {
             throw Crashcap.fail("\(error)", code: 64)
         }

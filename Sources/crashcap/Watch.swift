@@ -37,11 +37,10 @@ extension Crashcap {
                 let store = try DirectoryOptions.openStore(directory: directory)
                 var uploader: Uploader?
                 if let endpoint {
-                    var options = UploadOptions()
-                    options.allowInsecureHTTP = target.allowInsecureHTTP
                     do {
                         uploader = try Uploader(
-                            endpoint: endpoint, store: store, options: options, format: target.format)
+                            endpoint: endpoint, store: store, options: try target.uploadOptions(), format: target.format
+                        )
                     } catch {
                         throw Crashcap.fail("\(error)", code: 64)
                     }

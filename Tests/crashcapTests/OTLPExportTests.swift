@@ -110,12 +110,13 @@ final class OTLPReceiver {
 
     /// The Swift SDK's `Configuration.otlpURL`: the next start sends the crash and the session's
     /// tracked events as OTLP logs, with no crashcap in between.
+    /// Its API key comes from OpenTelemetry's own variable, as the receiver demands one.
     @Test func swiftSDKSendsToOTLPFromItsConfiguration() throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try OTLPReceiver(["--require-header", "x-api-key", "s3cret key"])
         let directory = makeTemporaryDirectory("otlp-sdk")
         let environment = [
             "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_OTLP_URL": receiver.url, "SWIFT_BACKTRACE": "enable=no",
-            "CRASH_SAMPLE_EVENTS": "3",
+            "CRASH_SAMPLE_EVENTS": "3", "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s3cret%20key,other=1",
         ]
         let crashed = try run(Paths.swiftSample, ["pipeline-crash"], environment: environment)
         #expect(crashed.signal == SIGSEGV)
@@ -190,6 +191,28 @@ final class OTLPReceiver {
             ),
             "\(replay.stderr)")
         #expect(receiver.requests.count == 1, "sent once")
+    }
+
+    /// `--header` gives a receiver its API key; without it the batch is refused (401) and set
+    /// aside; a header that would smuggle a line into the request is refused before any is sent.
+    @Test func headersReachTheReceiver() throws {
+        let receiver = try OTLPReceiver(["--require-header", "x-api-key", "s3cret"])
+        let refusedDirectory = makeTemporaryDirectory("otlp-no-key")
+        #expect(
+            try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": refusedDirectory]).signal == SIGABRT)
+        let refused = try run(Paths.crashcap, ["replay", refusedDirectory, "--otlp", receiver.url], timeout: 60)
+        #expect(refused.exitCode == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("HTTP 401"), "\(refused.stderr)")
+        let directory = makeTemporaryDirectory("otlp-key")
+        #expect(try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory]).signal == SIGABRT)
+        let sent = try run(
+            Paths.crashcap, ["replay", directory, "--otlp", receiver.url, "--header", "x-api-key: s3cret"], timeout: 60)
+        #expect(sent.exitCode == 0, "\(sent.stderr)")
+        #expect(receiver.records.count == 3)
+        let smuggled = try run(
+            Paths.crashcap, ["upload", directory, "--otlp", receiver.url, "--header", "x-api-key: a\r\nx-admin: 1"])
+        #expect(smuggled.exitCode == 64, "\(smuggled.stderr)")
+        #expect(smuggled.stderr.contains("line break"), "\(smuggled.stderr)")
     }
 
     @Test func otlpAndUploadTogetherIsAUsageError() throws {

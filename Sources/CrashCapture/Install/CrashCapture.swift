@@ -430,8 +430,12 @@ extension CrashCapture {
             endpoint = nil
         }
         let format: UploadFormat = configuration.otlpURL != nil ? .openTelemetryLogs : .sensorsAnalytics
+        var upload = configuration.upload
+        if format == .openTelemetryLogs && upload.headers.isEmpty {
+            upload.headers = Uploader.otlpHeadersFromEnvironment()
+        }
         let uploader = try endpoint.map {
-            try Uploader(endpoint: $0, store: store, options: configuration.upload, format: format)
+            try Uploader(endpoint: $0, store: store, options: upload, format: format)
         }
         let identity = EventPipeline.Identity(
             sessionID: String(cString: crashcapture_session_id()), appVersion: configuration.appVersion,

@@ -18,6 +18,10 @@ public struct UploadOptions: Sendable {
     public var exitFlushTimeout: Duration = .seconds(2)
     /// Plain http to a host that is not this machine is refused unless this is set.
     public var allowInsecureHTTP = false
+    /// Headers every upload request carries besides its own: a hosted OTLP backend's API key,
+    /// say (`["x-api-key": "…"]`). With `otlpURL` set and none given here, the SDK reads them
+    /// from `OTEL_EXPORTER_OTLP_LOGS_HEADERS` or `OTEL_EXPORTER_OTLP_HEADERS` (`k=v,k2=v2`).
+    public var headers: [String: String] = [:]
 
     /// The defaults of the Sensors Analytics SDKs: flush at 100 events or every 15 s, 50 a request.
     public init() {}
@@ -29,6 +33,20 @@ public struct UploadOptions: Sendable {
         guard flushInterval > .zero, requestTimeout > .zero, retryBaseDelay > .zero,
             retryMaximumDelay >= retryBaseDelay, exitFlushTimeout >= .zero
         else { throw CrashCaptureError.invalidArgument("upload intervals and timeouts must be positive") }
+        let reserved: Set<String> = ["host", "content-type", "content-length", "content-encoding", "transfer-encoding"]
+        for (name, value) in headers {
+            // Written as they are into the request: a name must be a token, and no value may
+            // carry a line break into the request's head.
+            let token =
+                !name.isEmpty
+                && name.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f && !"()<>@,;:\\\"/[]?={}".utf8.contains($0) }
+            guard token, !reserved.contains(name.lowercased()) else {
+                throw CrashCaptureError.invalidArgument("\"\(name)\" cannot be an upload header")
+            }
+            guard !value.utf8.contains(where: { $0 == 0x0d || $0 == 0x0a || $0 == 0 }) else {
+                throw CrashCaptureError.invalidArgument("the value of upload header \"\(name)\" holds a line break")
+            }
+        }
     }
 }
 
@@ -367,6 +385,31 @@ package final class Uploader: @unchecked Sendable {
         }
     }
 
+    /// The format's own headers, then the configured ones, in a stable order.
+    var requestHeaders: [(String, String)] {
+        format.headers + options.headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// OpenTelemetry's headers variables (`k=v,k2=v2`, values percent-encoded): the logs one,
+    /// else the general one; empty when neither is set.
+    package static func otlpHeadersFromEnvironment(
+        _ environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> [String: String] {
+        guard
+            let text = environment["OTEL_EXPORTER_OTLP_LOGS_HEADERS"] ?? environment["OTEL_EXPORTER_OTLP_HEADERS"],
+            !text.isEmpty
+        else { return [:] }
+        var headers: [String: String] = [:]
+        for pair in text.split(separator: ",") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2 else { continue }
+            let name = parts[0].trimmingCharacters(in: .whitespaces)
+            let value = parts[1].trimmingCharacters(in: .whitespaces)
+            headers[name] = value.removingPercentEncoding ?? value
+        }
+        return headers
+    }
+
     /// A request on its way; `outcome()` waits for its answer.
     struct InFlight {
         let outcome: () -> Outcome
@@ -375,10 +418,10 @@ package final class Uploader: @unchecked Sendable {
     func post(_ body: Data, timeout: Double) -> InFlight {
         guard let plainConnection else {
             return HTTPTransport.post(
-                body, to: endpoint, contentType: format.contentType, headers: format.headers, timeout: timeout)
+                body, to: endpoint, contentType: format.contentType, headers: requestHeaders, timeout: timeout)
         }
         let answer = plainConnection.post(
-            body, contentType: format.contentType, headers: format.headers, timeout: timeout)
+            body, contentType: format.contentType, headers: requestHeaders, timeout: timeout)
         let otlp = format == .openTelemetryLogs
         return InFlight {
             switch answer() {
