@@ -124,14 +124,12 @@ package final class EventStore: @unchecked Sendable {
         try load()
     }
 
-    /// Why a store made in the background could not be: then it is an empty store in memory
-    /// that refuses every write, so that the events stay in the journal where they are (the
-    /// writer logs each refusal) and the next start stores them.
-    package private(set) var openFailure: String?
-
+    /// A store that could not be made in the background is an empty store in memory that
+    /// refuses every write, so that the events stay in the journal where they are (the writer
+    /// logs each refusal) and the next start stores them.
     private func openedReadOnlyAfter(_ error: Error) {
-        openFailure = "the event store \(path) could not be made: \(error)"
-        CrashCapture.logger.error("\(openFailure!); events wait in the session file for the next start")
+        CrashCapture.logger.error(
+            "the event store \(path) could not be made: \(error); events wait in the session file for the next start")
         statements = [:]
         do {
             connection = try SQLiteConnection(path: ":memory:")
