@@ -14,16 +14,19 @@ import ProcessSupport
 /// events of about 700 bytes (the Python clients' shape below), every batch with ids of its
 /// own, for `seconds`. `collector`: another build's
 /// `crashcap` to run instead of this one's collector (`--collector PATH`), to compare the two.
-/// `clickHouse`: the collector stores into ClickHouse at this URL instead of SQLite.
+/// `clickHouse`: the collector stores into ClickHouse at this URL instead of SQLite, an INSERT
+/// waiting `linger` for more uploads while many clients upload.
 @discardableResult
-func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, clickHouse: String? = nil) throws
-    -> Double
-{
+func ingestUnderWrk(
+    seconds: Int, connections: Int, collector other: String?, clickHouse: String? = nil,
+    linger: Duration = IngestCollector.Limits().clickHouseLinger
+) throws -> Double {
     let directory = temporaryDirectory()
     let url: String
     let storedCount: () throws -> Int
     let stop: () -> Void
     let pid: pid_t
+    var inserts: () -> (inserts: Int, uploads: Int) = { (0, 0) }
     if let other {
         let child = try ChildProcess(
             path: other, arguments: ["collect", "--port", "0", "--db", directory + "/collector.sqlite"],
@@ -45,9 +48,12 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
     } else {
         let storage: IngestCollector.Storage =
             clickHouse.map { .clickHouse(URL(string: $0)!) } ?? .sqlite(path: directory + "/collector.sqlite")
-        let collector = try IngestCollector(port: 0, storage: storage)
+        var limits = IngestCollector.Limits()
+        limits.clickHouseLinger = linger
+        let collector = try IngestCollector(port: 0, storage: storage, limits: limits)
         url = collector.url
         pid = getpid()
+        inserts = { collector.clickHouseInserts }
         storedCount = { try collector.storedCount() }
         stop = { collector.stop() }
     }
@@ -91,6 +97,7 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
     let cpuAfter = threadCPUSeconds(pid)
     let stored = try storedCount()
     let refused = report.stdout.contains("Non-2xx") ? field("Non-2xx or 3xx responses:") : "0"
+    let (insertCount, uploadsInserted) = inserts()
     stop()
     // What this round wrote (a gigabyte of SQLite and WAL, say) goes before the next round
     // starts, not while it runs: the next round measures its own store, not this one's writeback.
@@ -104,8 +111,9 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
         return format(used / Double(max(1, stored)) * 1e6, 2)
     }
     let store = clickHouse == nil ? "SQLite" : "ClickHouse"
+    let waiting = clickHouse == nil ? "" : ", an INSERT waiting up to \(linger) for more"
     print(
-        "## Ingest under wrk into \(store): \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n"
+        "## Ingest under wrk into \(store)\(waiting): \(connections) connections, batches of 50, gzip, loopback (\(other ?? "this build"))\n"
     )
     print(
         "| events stored | rate | request p50 | p99 | refused | CPU µs an event: event loop / \(store) thread / the rest |"
@@ -114,6 +122,9 @@ func ingestUnderWrk(seconds: Int, connections: Int, collector other: String?, cl
     print(
         "| \(stored) | \(format(Double(stored) / seconds, 0)) events/s | \(field("50%")) | \(field("99%")) | \(refused) | \(perEvent { $0.hasPrefix("NIO-ELT") }) / \(perEvent { $0.hasPrefix("TP-") }) / \(perEvent { !$0.hasPrefix("NIO-ELT") && !$0.hasPrefix("TP-") }) |"
     )
+    if insertCount > 0 {
+        print("\nINSERTs: \(insertCount), uploads in each: \(format(Double(uploadsInserted) / Double(insertCount), 1))")
+    }
     print("")
     return Double(stored) / seconds
 }
@@ -145,6 +156,14 @@ func ingestClickHouse(seconds: Int, connections: [Int], batches: Int) throws {
         summary.append(
             "\(count) connections: ClickHouse \(clickHouseRates.map { format($0, 0) }.joined(separator: " / ")) events/s against SQLite \(sqliteRates.map { format($0, 0) }.joined(separator: " / "))"
         )
+        // The reference for the wait before an INSERT, which only many clients set off.
+        if count >= 8 {
+            print("### \(count) connections, no wait before an INSERT (the reference)\n")
+            let unwaited = try ingestUnderWrk(
+                seconds: seconds, connections: count, collector: nil, clickHouse: database("wrk_\(count)_nowait"),
+                linger: .zero)
+            summary.append("\(count) connections, no wait before an INSERT: ClickHouse \(format(unwaited, 0)) events/s")
+        }
     }
     let collectors = try (0..<2).map { _ in
         try IngestCollector(port: 0, storage: .clickHouse(URL(string: database("crashcap"))!))

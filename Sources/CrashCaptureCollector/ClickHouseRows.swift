@@ -7,7 +7,7 @@ internal import Foundation
 /// `properties`, and the rest of the record without them (`payload`), become strings of JSON
 /// text, escaped once here. The properties are not stored twice: with them in both columns,
 /// ClickHouse spent twice the CPU parsing and merging, and a collector took 52,600–59,900
-/// events/s where it now takes 118,000–138,000 (`crashcap-bench ingest-clickhouse`, 128
+/// events/s where it now takes 118,000–166,000 (`crashcap-bench ingest-clickhouse`, 128
 /// connections).
 enum ClickHouseRows {
     /// The columns, in the order each row names them; `ClickHouseStore.tableDefinition` makes them.

@@ -46,6 +46,9 @@ package final class IngestCollector: @unchecked Sendable {
         package var firstByteTimeout = 5.0
         package var bodyTimeout = 60.0
         package var idleTimeout = 30.0
+        /// How long an INSERT into ClickHouse waits for more uploads to join it while many
+        /// clients upload (`lingerForMore`); zero for the benchmark's reference.
+        package var clickHouseLinger: Duration = .milliseconds(5)
         /// When set, uploads and `GET /events` must carry it (`?token=`, as the Sensors SDKs'
         /// server URL does, or `Authorization: Bearer`). Required to listen beyond loopback.
         package var token: String?
@@ -442,7 +445,7 @@ package final class IngestCollector: @unchecked Sendable {
     /// On the database thread: stores what is waiting, a group at a time, until nothing is.
     private func storeWaiting() {
         while true {
-            if clickHouse != nil && lastGroupSize >= 8 { lingerForMore() }
+            if clickHouse != nil && lastGroupSize >= 8 && limits.clickHouseLinger > .zero { lingerForMore() }
             let group: [WaitingBatch] = lock.withLock {
                 var bytes = 0
                 var count = 0
@@ -458,6 +461,7 @@ package final class IngestCollector: @unchecked Sendable {
             if group.isEmpty { return }
             if let clickHouse {
                 lastGroupSize = group.count
+                lock.withLock { insertCounts = (insertCounts.inserts + 1, insertCounts.uploads + group.count) }
                 insert(group, into: clickHouse)
                 continue
             }
@@ -481,25 +485,25 @@ package final class IngestCollector: @unchecked Sendable {
     /// thread touches it.
     private var lastGroupSize = 0
 
+    /// INSERTs sent to ClickHouse, and the uploads they carried, for the benchmark. Under `lock`.
+    private var insertCounts = (inserts: 0, uploads: 0)
+    package var clickHouseInserts: (inserts: Int, uploads: Int) { lock.withLock { insertCounts } }
+
     /// Before an INSERT into ClickHouse, while many clients upload (eight batches or more went
     /// into the last one), a few milliseconds for more uploads to join it, unless a part's
-    /// worth already waits. A lone client's upload never waits. The clients answered by the last INSERT send their next
-    /// batches over the following milliseconds: taken at once, the first of them went alone,
-    /// and ClickHouse spent a part (its files, and merging them later) on every few batches.
-    /// With 128 clients, six runs alternating: inserts halved (35–61 batches each to 70–76),
-    /// and 2,750–3,775 requests/s against 2,837–3,583 without.
+    /// worth already waits. A lone client's upload never waits. The clients answered by the
+    /// last INSERT send their next batches over the following milliseconds: taken at once, the
+    /// first of them went alone, and ClickHouse spent a part (its files, and merging them
+    /// later) on every few batches. `crashcap-bench ingest-clickhouse` measures it against no
+    /// wait, in the same run.
     private func lingerForMore() {
-        let deadline = DispatchTime.now().uptimeNanoseconds + Self.clickHouseLinger
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(limits.clickHouseLinger.seconds * 1e9)
         while DispatchTime.now().uptimeNanoseconds < deadline {
             let waitingBytes = lock.withLock { waiting.reduce(0) { $0 + ($1.clickHouseRows?.count ?? 0) } }
             if waitingBytes >= Self.groupCommitBytes / 2 { return }
             usleep(250)
         }
     }
-
-    /// How long an INSERT into ClickHouse waits for more uploads to join it: 5 ms, against
-    /// the 10 to 50 ms the INSERT itself takes.
-    static let clickHouseLinger: UInt64 = 5_000_000
 
     /// One INSERT for the whole group. When ClickHouse does not take it, every batch of the
     /// group is answered 503 with a Retry-After, and its client sends it again: nothing is
