@@ -27,9 +27,8 @@ extension WireFormat {
     /// can be wrong is an error.
     package static func decodeEvents(body: Data, maximumInflated: Int = 64 << 20) throws -> [(id: String, text: String)]
     {
-        try scan(body: body, maximumInflated: maximumInflated) { bytes, events in
-            try events.enumerated().map { index, event in try stored(event, index: index, in: bytes) }
-        }
+        try decodeBatch(body: body, maximumInflated: maximumInflated, clickHouseRows: false, receivedMilliseconds: 0)
+            .events
     }
 
     /// A batch as `decodeEvents` gives it, and, for a collector that stores into ClickHouse,

@@ -25,15 +25,6 @@ package enum OTLPEncoding {
         return components?.url ?? url
     }
 
-    /// Whether this build can send OTLP (the package trait HTTPUpload brings swift-protobuf).
-    package static var available: Bool {
-        #if HTTPUpload
-            true
-        #else
-            false
-        #endif
-    }
-
     /// The request body for a batch of stored events (each the JSON text of one record).
     package static func body(events: [String], observedNanoseconds: UInt64) throws -> Data {
         #if HTTPUpload
