@@ -164,6 +164,39 @@ static void open_descriptors(int count) {
 // ended normally and its crash file was removed.
 static void crash_after_the_session_ended(void) { sample_run_c_kind("null-read"); }
 
+static long env_number(const char *name, long fallback) {
+    const char *text = getenv(name);
+    return text != NULL && *text != '\0' ? strtol(text, NULL, 10) : fallback;
+}
+
+static void beat_for(crashcapture_watch *watch, long milliseconds) {
+    for (long waited = 0; waited < milliseconds; waited += 10) {
+        crashcapture_watch_beat(watch);
+        usleep(10 * 1000);
+    }
+}
+
+// A hang on the main thread, while other threads wait as a server's do: a handler that blocks
+// in sleep (then the loop goes on and the hang ends), or a deadlock (never ends: the test kills
+// the process). Prints how many EINTR the waiting threads saw.
+static int hang(const char *kind) {
+    long threshold = env_number("CRASH_SAMPLE_HANG_THRESHOLD_MS", 200);
+    crashcapture_watch *watch = crashcapture_watch_start("main-loop", threshold);
+    sample_start_waiters();
+    beat_for(watch, 100);
+    if (strcmp(kind, "hang-deadlock") == 0) {
+        printf("deadlocking\n");
+        fflush(stdout);
+        crashcapture_watch_beat(watch);
+        sample_deadlock_on_this_thread();
+    }
+    sample_handler_blocked_in_sleep((int)env_number("CRASH_SAMPLE_HANG_MS", 1000));
+    beat_for(watch, 3 * threshold);
+    crashcapture_watch_stop(watch);
+    printf("eintr=%d\n", sample_eintr_count());
+    return 0;
+}
+
 static void run(const char *kind) {
     // Returns from main: the crash comes in the atexit handler registered before install.
     if (strcmp(kind, "crash-at-exit") == 0) return;
@@ -240,6 +273,7 @@ int main(int argc, char **argv) {
     }
     const char *extra_descriptors = getenv("CRASH_SAMPLE_OPEN_DESCRIPTORS");
     if (extra_descriptors != NULL) open_descriptors(atoi(extra_descriptors));
+    if (strncmp(kind, "hang-", 5) == 0) exit(hang(kind));
     if (strcmp(chain, "after-capture") == 0)
         for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
             sample_install_handler_after_capture(signals[i]);

@@ -278,6 +278,13 @@ typedef struct cc_thread_slot {
     // Frozen by our helper: 1 if its registers show it inside a system call, 0 if not, -1 unknown.
     // Its stat, read while the helper works, may already say 't' (our ptrace stop).
     signed char in_system_call;
+    // From the same registers: the system call it is in (-1: none or unknown), and its thread
+    // pointer (fs_base on x86_64), which is what pthread_self() returns in that thread.
+    long syscall_number;
+    uintptr_t thread_pointer;
+    // A hang report's: the thread holding the lock this one waits for (0: none seen), and the lock.
+    pid_t waits_for;
+    uintptr_t waits_on_lock;
     const char *why;  // when not captured
     bool unwind_faulted;
     bool unwound;
@@ -292,7 +299,9 @@ typedef struct cc_thread_slot {
 void cc_thread_capture_handler(int signo, siginfo_t *info, void *context);
 void cc_threads_note_waiting_crasher(pid_t tid);
 bool cc_thread_crashed_too(pid_t tid);
-int cc_threads_ask(pid_t crashing, int64_t deadline_ns);
+// `for_hang`: ptrace only, never a signal (the process goes on), and waits that a stop ended
+// with EINTR are made to run again when the threads are let go.
+int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang);
 // Waits for the answers until the deadline given to cc_threads_ask, calling `meanwhile` before
 // each wait (it returns whether it did anything; if so, the answers are counted again first).
 void cc_threads_await(bool (*meanwhile)(void));
@@ -310,7 +319,7 @@ void cc_threads_release_held(void);
 // `cc_freeze_confirm` says whether ptrace proved allowed: 0, and the slots are answered as by
 // the signal method, through `answers`; -1 with `why`, and nothing was touched.
 void cc_freeze_prepare(void);
-int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, const char **why);
+int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, bool for_hang, const char **why);
 int cc_freeze_confirm(const char **why);
 void cc_freeze_release(void);
 
@@ -326,6 +335,33 @@ void cc_append_memory(cc_buf *b, uintptr_t sp, uintptr_t pc, uintptr_t fault, bo
 // install/exception_message.c: an uncaught std::exception's what(), in the terminate handler.
 void cc_exception_message_prepare(void);
 void cc_exception_message_capture(const void *thrown_type);
+
+// signal_safe/hang_report.c: a hang's report, for the watchdog (install/watchdog.c).
+#define CC_MAX_HANG_REPORTS 32  // per process: a watch that keeps missing fills no disk
+typedef struct crashcapture_hang_request {
+    const char *watch_name;
+    int64_t threshold_ms;
+    int64_t stalled_ms;
+    uintptr_t watched_thread;  // pthread_self() of the thread that last beat the watch; 0: unknown
+} crashcapture_hang_request;
+typedef struct crashcapture_hang_result {
+    char file_name[128];
+    uint32_t sequence;  // the n of its hang id, `<session>-hang-<n>`
+    pid_t hung_tid;     // the watched thread, found among the frozen ones; 0: not found
+    bool deadlock;
+    int64_t threads_held_ns;
+    int64_t total_ns;  // from the call to the report durable
+} crashcapture_hang_result;
+// 0, or an errno value: ENODEV not installed, EBUSY a crash is being reported, ENOSPC the
+// directory is at its bound, EDQUOT this process wrote CC_MAX_HANG_REPORTS already, EFBIG the
+// file-size limit, or what writing the file met.
+int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_result *result);
+int cc_write_hang_end(const char *watch_name, uint32_t sequence, int64_t duration_ms, char *name_out,
+                      size_t name_cap);
+
+// install/watchdog.c
+void cc_watchdog_stop(void);
+void cc_watchdog_after_fork_in_child(void);
 
 // install/threads.c
 void cc_threads_enable(bool enabled);

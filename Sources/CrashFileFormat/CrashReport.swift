@@ -114,7 +114,10 @@ public struct CrashReport: @unchecked Sendable {
         self.session = session
         self.events = events
         self.timing = timing
-        let details = events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any] ?? [:]
+        // A crash's details, or a hang report's (its threads, modules and how they were held).
+        let details =
+            events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any]
+            ?? events.first { $0["event"] as? String == "$AppHang" }?["hang"] as? [String: Any] ?? [:]
         frames = Self.decodeFrames(details)
         asyncFrames = Self.decodeFrames(["frames": details["async_frames"] ?? []])
         if let owner = details["async_owner"] as? [String: Any] {
@@ -152,6 +155,13 @@ public struct CrashReport: @unchecked Sendable {
     public var crashedEvents: [[String: Any]] { events.filter { $0["event"] as? String == "$AppCrashed" } }
     public var endEvents: [[String: Any]] { events.filter { $0["event"] as? String == "$AppEnd" } }
     public var crashed: [String: Any]? { crashedEvents.first }
+    /// The `$AppHang` of a hang report (`crash-<session>-hang-<n>.ccr`); nil in a crash file.
+    public var hang: [String: Any]? { events.first { $0["event"] as? String == "$AppHang" } }
+    /// The thread that beat the hung watch last, when the report found it.
+    public var hungThread: Thread? {
+        guard let tid = (hang?["properties"] as? [String: Any])?["hang_tid"] as? NSNumber else { return nil }
+        return threads.first { $0.tid == tid.intValue }
+    }
     public var properties: [String: Any] { crashed?["properties"] as? [String: Any] ?? [:] }
     private var details: [String: Any] { crashed?["crash"] as? [String: Any] ?? [:] }
 

@@ -41,6 +41,14 @@ void sample_trap_acct_syscall(void);
 void sample_start_malloc_hammer(void);
 void sample_corrupt_heap(void);
 
+/// Hangs: four threads waiting as a server's do (epoll_wait, nanosleep, poll, sigtimedwait),
+/// each counting the EINTR it sees; a handler blocked in nanosleep; two locks taken in
+/// opposite orders by this thread and another (never returns).
+void sample_start_waiters(void);
+int sample_eintr_count(void);
+void sample_handler_blocked_in_sleep(int milliseconds);
+void sample_deadlock_on_this_thread(void);
+
 /// Unbounded recursion.
 void sample_recurse_forever(void);
 /// Blocks until a signal kills the process (for kills sent from outside).

@@ -15,6 +15,7 @@
 #define CRASHCAPTURE_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -160,6 +161,56 @@ CRASHCAPTURE_API int crashcapture_set_distinct_id(const char *distinct_id);
 /// session's end, then calls crashcapture_finish_termination(signo) to die by that signal.
 CRASHCAPTURE_API int crashcapture_watch_termination(void);
 CRASHCAPTURE_API void crashcapture_finish_termination(int signo);
+
+/// MARK: Hangs
+///
+/// A watch: code that must make progress (an event loop, a worker, a main loop) beats it at
+/// least once per threshold; a watchdog thread of ours checks every watch every few
+/// milliseconds, and when one misses its threshold it writes a hang report: every other
+/// thread's stack, taken by freezing the threads with ptrace for about a millisecond (no
+/// signal reaches them; a wait the freeze ends with EINTR runs again), as a file of its own
+/// beside the crash file (`crash-<session>-hang-<n>.ccr`, flushed), which replay imports as
+/// an `$AppHang` event. When the watch beats again, `$AppHangEnd` follows with the duration.
+typedef struct crashcapture_watch {
+    uintptr_t beaten_by;  // written by crashcapture_watch_beat only
+} crashcapture_watch;
+
+/// A watch named `name` (at most 63 bytes kept) with a threshold of `threshold_ms` (at least
+/// 10). Never NULL: before install, after uninstall, or with 256 watches already, a watch that
+/// nothing checks.
+CRASHCAPTURE_API crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms);
+
+/// 1 when the watchdog checks the watch, 0 for one that nothing checks.
+CRASHCAPTURE_API int crashcapture_watch_is_checked(const crashcapture_watch *watch);
+
+/// The watch is no longer checked; its memory is reused by a later watch.
+CRASHCAPTURE_API void crashcapture_watch_stop(crashcapture_watch *watch);
+
+/// One relaxed store: the calling thread's pthread_self(), which names the thread in a hang
+/// report (the hung thread is the one that beat last).
+static inline void crashcapture_watch_beat(crashcapture_watch *watch) {
+    __atomic_store_n(&watch->beaten_by, (uintptr_t)pthread_self(), __ATOMIC_RELAXED);
+}
+
+enum { CRASHCAPTURE_HANG = 1, CRASHCAPTURE_HANG_END = 2 };
+
+/// What the watchdog did, for a listener (the Swift SDK imports the files at once).
+typedef struct crashcapture_hang_notice {
+    int kind;                // CRASHCAPTURE_HANG or CRASHCAPTURE_HANG_END
+    const char *watch_name;
+    const char *file_name;   // in the capture directory; "" when none was written
+    int error;               // 0, or the errno value that kept the file from being written
+    int64_t stalled_ms;      // no beat for this long when the hang was declared
+    int64_t duration_ms;     // CRASHCAPTURE_HANG_END: from the last beat before the hang to the first after
+    int hung_tid;            // the watched thread among the frozen ones; 0: not found
+    int deadlock;            // threads were found waiting in a cycle for each other's locks
+    int64_t threads_held_ns; // how long the other threads were frozen
+    int64_t total_ns;        // from the hang's detection to its report durable
+} crashcapture_hang_notice;
+
+/// Called on the watchdog's thread after each hang report and hang end; NULL: none. It must
+/// return quickly: every watch waits for it.
+CRASHCAPTURE_API void crashcapture_watchdog_set_listener(void (*listener)(const crashcapture_hang_notice *notice));
 
 #ifdef __cplusplus
 }

@@ -326,6 +326,7 @@ static void cc_at_exit(void) { crashcapture_end_session(); }
 static void cc_after_fork(void) {
     cc_session_file_detach_in_child();
     cc_after_fork_in_child();
+    cc_watchdog_after_fork_in_child();
 }
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk);
@@ -521,6 +522,7 @@ done:
 void crashcapture_uninstall(void) {
     pthread_mutex_lock(&cc_install_lock);
     if (atomic_load(&cc_global.installed)) {
+        cc_watchdog_stop();
         cc_restore_signal_handlers();
         cc_unhook_runtimes();
         cc_threads_enable(false);

@@ -68,6 +68,11 @@ static volatile sig_atomic_t cc_fault_on_purpose;
 
 static char cc_record[CC_RECORD_CAPACITY];
 
+// The thread taking a hang's snapshot (hang_report.c) while it uses the threads' machinery and
+// the buffers above: a crash on another thread waits for it; a fault of its own while
+// unwinding another thread costs that thread's frames, as in a crash.
+static _Atomic pid_t cc_hang_tid;
+
 // At install: the parts of the buffers that every report writes into get their pages now
 // (about 60 KiB resident; a one-thread report fits in the first 16 KiB of cc_record).
 void cc_crash_path_prepare(void) {
@@ -235,7 +240,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     // The other threads are asked first, so the report shows them as they were when the crash
     // came; they answer while this thread unwinds itself (the stages before CC_STAGE_THREADS).
     int64_t asked = cc_monotonic_ns();
-    cc_threads_ask(c.tid, asked + CC_THREAD_ANSWER_NS);
+    cc_threads_ask(c.tid, asked + CC_THREAD_ANSWER_NS, false);
     cc_found.other_threads_ns = cc_found.threads_asked_ns = cc_monotonic_ns() - asked;
     c.faulted_stages = cc_run_stages(uc, c.map);
 
@@ -274,6 +279,48 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     cc_write_crash_line(&c);
     // The other threads stay frozen: cc_chain lets go of them only for a handler of the app's.
 }
+
+// MARK: - A hang's snapshot
+
+int cc_hang_snapshot_begin(pid_t self) {
+    pid_t none = 0;
+    if (!atomic_compare_exchange_strong(&cc_hang_tid, &none, self)) return EBUSY;
+    // Sequentially consistent with the crash path's claim below: either a crash sees this
+    // snapshot and waits for it, or this snapshot sees the crash and gives way.
+    if (atomic_load(&cc_reporting_tid) != 0 || atomic_load(cc_global.crash_owner) != 0) {
+        atomic_store(&cc_hang_tid, 0);
+        return EBUSY;
+    }
+    return 0;
+}
+
+// Every other thread frozen by ptrace (never a signal), each unwound, `while_frozen` called
+// (it may read what the frozen threads hold), then all let go: the nanoseconds they were held.
+int64_t cc_hang_snapshot_threads(pid_t self, void (*while_frozen)(void), char **record, size_t *record_cap) {
+    int64_t start = cc_monotonic_ns();
+    cc_threads_ask(self, start + CC_THREAD_ANSWER_NS, true);
+    cc_threads_await(cc_unwind_other_threads);
+    cc_unwind_other_threads();
+    if (while_frozen != NULL) {
+        if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
+            cc_thread_unwind_armed = 1;
+            while_frozen();
+        }
+        cc_thread_unwind_armed = 0;
+    }
+    cc_threads_release();
+    int64_t held = cc_monotonic_ns() - start;
+    if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
+        cc_thread_unwind_armed = 1;
+        cc_scan_late_modules(atomic_load_explicit(&cc_global.module_map, memory_order_acquire));
+    }
+    cc_thread_unwind_armed = 0;
+    *record = cc_record;
+    *record_cap = sizeof(cc_record);
+    return held;
+}
+
+void cc_hang_snapshot_end(void) { atomic_store(&cc_hang_tid, 0); }
 
 // MARK: - Chaining
 
@@ -403,6 +450,13 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
     }
     pid_t self = cc_gettid();
     pid_t expected = 0;
+    if (atomic_load(&cc_hang_tid) == self) {
+        if (cc_thread_unwind_armed) siglongjmp(cc_thread_unwind_jump, 1);
+        // The watchdog's own crash: the threads its snapshot holds go first, then it is a crash
+        // like any other.
+        cc_threads_release();
+        atomic_store(&cc_hang_tid, 0);
+    }
     if (atomic_load(&cc_reporting_tid) == self) {
         if (cc_thread_unwind_armed) siglongjmp(cc_thread_unwind_jump, 1);
         if (cc_stage_armed) siglongjmp(cc_stage_jump, 1);
@@ -416,6 +470,10 @@ void cc_signal_handler(int signo, siginfo_t *info, void *context) {
         atomic_store(&cc_found.report_written, 1);
         cc_chain(signo, info, context);
     } else if (cc_claim(self) && atomic_compare_exchange_strong(&cc_reporting_tid, &expected, self)) {
+        // A hang's snapshot under way shares the threads' machinery: it ends within
+        // milliseconds (its threads are let go after 250 ms at most); 2 s bound.
+        struct timespec tick = {0, 1000000};
+        for (int waited_ms = 0; waited_ms < 2000 && atomic_load(&cc_hang_tid) != 0; waited_ms++) nanosleep(&tick, NULL);
         cc_report(signo, info, (ucontext_t *)context, entry_ns);
         atomic_store(&cc_found.report_written, 1);
         cc_chain(signo, info, context);

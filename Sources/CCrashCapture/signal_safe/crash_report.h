@@ -106,6 +106,13 @@ size_t cc_build_crashed_event(char *out, size_t cap, const cc_crash *c);
 // Used when the full event did not fit: signal facts only, never nothing.
 size_t cc_build_minimal_event(char *out, size_t cap, const cc_crash *c);
 size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c);
+// The pieces a hang report shares with a crash's: an event's head up to its properties' own
+// members (`{"type":..,"properties":{<static>,"$pid":..,"$lib_method":..`), the modules, the
+// other threads and how they were held.
+void cc_append_event_head(cc_buf *b, const char *event, const char *id_suffix, int64_t time_ms);
+void cc_append_modules(cc_buf *b, const cc_module_map *map, size_t limit);
+void cc_append_other_threads(cc_buf *b, size_t limit, pid_t hung_tid, int *listed, int *left_out);
+void cc_append_threads_summary(cc_buf *b, int listed, int left_out);
 size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
                        int64_t publish_ns, int sync_ok, bool named_before_sync, bool directory_flushed);
 
@@ -126,5 +133,14 @@ void cc_append_attachments(cc_buf *b, size_t limit);
 typedef enum { CC_WRITE_ONCE, CC_WRITE_MAY_RETRY, CC_WRITE_SMALLER_AGAIN } cc_write_attempt;
 int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt);
 void cc_write_crash_line(const cc_crash *c);
+
+// MARK: crash_path.c, for hang_report.c
+
+// 0, or EBUSY when a crash is being reported or another snapshot is under way.
+int cc_hang_snapshot_begin(pid_t self);
+// Freezes, unwinds and lets go of every other thread (see crash_path.c); gives the report
+// buffer to build into. The nanoseconds the threads were held.
+int64_t cc_hang_snapshot_threads(pid_t self, void (*while_frozen)(void), char **record, size_t *record_cap);
+void cc_hang_snapshot_end(void);
 
 #endif

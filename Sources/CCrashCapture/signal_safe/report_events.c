@@ -34,7 +34,7 @@ static const char *cc_module_path(const cc_crash *c, long index, const char *fal
     return fallback;
 }
 
-static void cc_append_event_head(cc_buf *b, const char *event, const char *id_suffix, int64_t time_ms) {
+void cc_append_event_head(cc_buf *b, const char *event, const char *id_suffix, int64_t time_ms) {
     cc_buf_append_str(b, "{\"type\":\"track\",\"event\":\"");
     cc_buf_append_str(b, event);
     cc_buf_append_str(b, "\",\"time\":");
@@ -215,29 +215,31 @@ static void cc_append_state(cc_buf *b, char state) {
     cc_buf_append_json_string(b, text, 2);
 }
 
-// Every thread, the crashing one first (its frames are the report's own). After the modules,
-// so that a report too large for the record loses threads (counted), never the modules.
-static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
-    cc_buf_append_str(b, ",\"threads\":[{\"tid\":");
-    cc_buf_append_i64(b, c->tid);
-    cc_buf_append_str(b, ",\"name\":");
-    cc_buf_append_json_string(b, cc_found.thread_name, sizeof(cc_found.thread_name));
-    cc_buf_append_str(b, ",\"state\":\"R\",\"crashed\":true}");
-    int listed = 1, left_out = 0;
+// Each other thread, as its slot holds it; past `limit` the rest are only counted. A hang
+// report marks the watched thread (`hung_tid`) and what each thread waits for.
+void cc_append_other_threads(cc_buf *b, size_t limit, pid_t hung_tid, int *listed, int *left_out) {
     for (int i = 0; cc_thread_slot_at(i) != NULL; i++) {
         const cc_thread_slot *slot = cc_thread_slot_at(i);
         // A thread of the largest kind takes about 3.5 KiB; past the limit the rest are counted.
         if (b->len + 4096 > limit) {
-            left_out++;
+            (*left_out)++;
             continue;
         }
-        listed++;
-        cc_buf_append_str(b, ",{\"tid\":");
+        (*listed)++;
+        if (*listed > 1) cc_buf_append_str(b, ",");
+        cc_buf_append_str(b, "{\"tid\":");
         cc_buf_append_i64(b, slot->tid);
         cc_buf_append_str(b, ",\"name\":");
         cc_buf_append_json_string(b, slot->name, sizeof(slot->name));
         cc_append_state(b, cc_thread_state(slot));
+        if (hung_tid != 0 && slot->tid == hung_tid) cc_buf_append_str(b, ",\"hung\":true");
         if (cc_thread_crashed_too(slot->tid)) cc_buf_append_str(b, ",\"crashed_too\":true");
+        if (slot->waits_for != 0) {
+            cc_buf_append_str(b, ",\"waits_for\":");
+            cc_buf_append_i64(b, slot->waits_for);
+            cc_buf_append_str(b, ",\"waits_on_lock\":");
+            cc_buf_append_quoted_hex(b, slot->waits_on_lock);
+        }
         if (!cc_thread_captured(slot)) {
             cc_buf_append_str(b, ",\"captured\":false,\"why\":");
             cc_buf_append_json_string(b, slot->why != NULL ? slot->why : "unknown", 128);
@@ -266,9 +268,13 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
         if (slot->frame_count == CC_THREAD_FRAMES) cc_buf_append_str(b, ",\"frames_truncated\":true");
         cc_buf_append_str(b, "}");
     }
+}
+
+// After the threads' array: how they were held, and how many there were.
+void cc_append_threads_summary(cc_buf *b, int listed, int left_out) {
     int total = cc_threads_total_count();
     int method = cc_threads_freeze_method();
-    cc_buf_append_str(b, "],\"threads_frozen_by\":\"");
+    cc_buf_append_str(b, ",\"threads_frozen_by\":\"");
     cc_buf_append_str(b, method == CC_FROZEN_BY_PTRACE ? "ptrace" : method == CC_FROZEN_BY_SIGNAL ? "signal" : "none");
     cc_buf_append_str(b, "\"");
     const char *note = cc_threads_freeze_note();
@@ -281,6 +287,20 @@ static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
     cc_buf_append_str(b, ",\"threads_listed\":");
     cc_buf_append_i64(b, listed);
     if (cc_found.report_trimmed) cc_buf_append_str(b, ",\"threads_trimmed_to_fit\":true");
+}
+
+// Every thread, the crashing one first (its frames are the report's own). After the modules,
+// so that a report too large for the record loses threads (counted), never the modules.
+static void cc_append_threads(cc_buf *b, const cc_crash *c, size_t limit) {
+    cc_buf_append_str(b, ",\"threads\":[{\"tid\":");
+    cc_buf_append_i64(b, c->tid);
+    cc_buf_append_str(b, ",\"name\":");
+    cc_buf_append_json_string(b, cc_found.thread_name, sizeof(cc_found.thread_name));
+    cc_buf_append_str(b, ",\"state\":\"R\",\"crashed\":true}");
+    int listed = 1, left_out = 0;
+    cc_append_other_threads(b, limit, 0, &listed, &left_out);
+    cc_buf_append_str(b, "]");
+    cc_append_threads_summary(b, listed, left_out);
 }
 
 // One frame: its address, and the module holding it with the offset there when one does.
@@ -296,6 +316,28 @@ static void cc_append_frame(cc_buf *b, const cc_crash *c, uintptr_t pc) {
         cc_buf_append_quoted_hex(b, pc - bias);
     }
     cc_buf_append_str(b, "}");
+}
+
+// The modules: those listed at install, then those the crash found loaded since.
+void cc_append_modules(cc_buf *b, const cc_module_map *map, size_t limit) {
+    cc_buf_append_str(b, "\"modules\":[");
+    if (map != NULL && b->len + map->json_len < limit) cc_buf_append(b, map->json, map->json_len);
+    for (size_t i = 0; i < cc_found.late_module_count && b->len < limit; i++) {
+        const cc_late_module *m = &cc_found.late_modules[i];
+        if (b->len > 0 && b->data[b->len - 1] != '[') cc_buf_append_str(b, ",");
+        cc_buf_append_str(b, "{\"path\":");
+        cc_buf_append_json_string(b, m->path != NULL ? m->path : "", 4096);
+        cc_buf_append_str(b, ",\"load_bias\":");
+        cc_buf_append_quoted_hex(b, m->range.load_bias);
+        cc_buf_append_str(b, ",\"start\":");
+        cc_buf_append_quoted_hex(b, m->range.start);
+        cc_buf_append_str(b, ",\"end\":");
+        cc_buf_append_quoted_hex(b, m->range.end);
+        cc_buf_append_str(b, ",\"build_id\":\"");
+        cc_buf_append_str(b, m->build_id);
+        cc_buf_append_str(b, "\",\"loaded_after_install\":true}");
+    }
+    cc_buf_append_str(b, "]");
 }
 
 static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
@@ -321,24 +363,8 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
         }
         cc_buf_append_str(b, "]");
     }
-    cc_buf_append_str(b, ",\"modules\":[");
-    if (c->map != NULL && b->len + c->map->json_len < limit) cc_buf_append(b, c->map->json, c->map->json_len);
-    for (size_t i = 0; i < cc_found.late_module_count && b->len < limit; i++) {
-        const cc_late_module *m = &cc_found.late_modules[i];
-        if (b->len > 0 && b->data[b->len - 1] != '[') cc_buf_append_str(b, ",");
-        cc_buf_append_str(b, "{\"path\":");
-        cc_buf_append_json_string(b, m->path != NULL ? m->path : "", 4096);
-        cc_buf_append_str(b, ",\"load_bias\":");
-        cc_buf_append_quoted_hex(b, m->range.load_bias);
-        cc_buf_append_str(b, ",\"start\":");
-        cc_buf_append_quoted_hex(b, m->range.start);
-        cc_buf_append_str(b, ",\"end\":");
-        cc_buf_append_quoted_hex(b, m->range.end);
-        cc_buf_append_str(b, ",\"build_id\":\"");
-        cc_buf_append_str(b, m->build_id);
-        cc_buf_append_str(b, "\",\"loaded_after_install\":true}");
-    }
-    cc_buf_append_str(b, "]");
+    cc_buf_append_str(b, ",");
+    cc_append_modules(b, c->map, limit);
     cc_registers r = cc_registers_from(c->uc);
     // A fault address means something only for faults the hardware raised.
     bool has_fault = c->info->si_code > 0 && (c->signo == SIGSEGV || c->signo == SIGBUS);

@@ -175,7 +175,7 @@ static const char *cc_why_missed(const cc_thread_slot *slot, int signo) {
 // and freezes them; `cc_threads_await` then waits for their contexts until `deadline_ns`
 // (CLOCK_MONOTONIC). The crashing thread does its own work in between, while the others are
 // stopped on the other cores. Returns the number of slots filled.
-int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
+int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang) {
     cc_answer_deadline_ns = deadline_ns;
     cc_slot_count = 0;
     cc_threads_total = 0;
@@ -204,6 +204,10 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
             slot->unwound = false;
             slot->why = NULL;
             slot->name[0] = '\0';
+            slot->syscall_number = -1;
+            slot->thread_pointer = 0;
+            slot->waits_for = 0;
+            slot->waits_on_lock = 0;
             atomic_store(&slot->state, CC_SLOT_ASKED);
         }
     }
@@ -213,7 +217,8 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
     if (cc_slot_count == 0) return 0;
     atomic_store(&cc_asked_count, (uint32_t)cc_slot_count);
     for (int i = 0; i < cc_slot_count; i++) cc_slots[i].in_system_call = -1;
-    if (!cc_global.freeze_by_signal_only && cc_freeze_start(cc_slots, cc_slot_count, &cc_answer_word, &cc_freeze_note) == 0) {
+    if ((for_hang || !cc_global.freeze_by_signal_only) &&
+        cc_freeze_start(cc_slots, cc_slot_count, &cc_answer_word, for_hang, &cc_freeze_note) == 0) {
         // Named while the helper freezes them, on the other core: reading 256 threads' stat
         // first took 2.5 ms, all of it before the first was stopped. Only the name (comm, which
         // the kernel formats faster than stat); the state comes from the registers, or, for a
@@ -225,6 +230,16 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns) {
             cc_freeze_method = CC_FROZEN_BY_PTRACE;
             return cc_slot_count;
         }
+    }
+    if (for_hang) {
+        // A process that goes on is never sent a signal: its waits would end with EINTR. The
+        // hang is reported with the threads listed and their names only.
+        for (int i = 0; i < cc_slot_count; i++) {
+            cc_describe_thread(dir, &cc_slots[i]);
+            atomic_store(&cc_slots[i].state, CC_SLOT_MISSED);
+            cc_slots[i].why = "not frozen: ptrace unavailable, and a hang sends no signal";
+        }
+        return cc_slot_count;
     }
     if (cc_global.freeze_by_signal_only) cc_freeze_note = "ptrace not tried (CRASHCAPTURE_FREEZE=signal)";
     // Every thread is described (its state as the crash found it) before any is asked: one

@@ -54,6 +54,7 @@ static _Atomic uint32_t cc_helper_state;
 static _Atomic uint32_t cc_helper_go;
 static _Atomic uint32_t cc_helper_release;
 static pid_t cc_helper_pid;
+static bool cc_freeze_for_hang;  // the process goes on: bounded hold, interrupted waits run again
 static int cc_dumpable_before = -1;  // put back once every thread is seized
 // Per slot: seized by the helper, its stop seen, and the signal a stop reported (handed back
 // at the detach).
@@ -94,7 +95,8 @@ static void cc_raw_wake(_Atomic uint32_t *word) {
 
 // MARK: - Registers into a context that libunwind can start from
 
-static bool cc_read_registers(pid_t tid, ucontext_t *context, signed char *in_system_call) {
+static bool cc_read_registers(pid_t tid, cc_thread_slot *slot) {
+    ucontext_t *context = &slot->context;
     memset(&context->uc_mcontext, 0, sizeof(context->uc_mcontext));
 #if defined(__x86_64__)
     struct user_regs_struct r;
@@ -105,7 +107,9 @@ static bool cc_read_registers(pid_t tid, ucontext_t *context, signed char *in_sy
     g[REG_RDI] = (greg_t)r.rdi, g[REG_RSI] = (greg_t)r.rsi, g[REG_RBP] = (greg_t)r.rbp, g[REG_RBX] = (greg_t)r.rbx;
     g[REG_RDX] = (greg_t)r.rdx, g[REG_RAX] = (greg_t)r.rax, g[REG_RCX] = (greg_t)r.rcx, g[REG_RSP] = (greg_t)r.rsp;
     g[REG_RIP] = (greg_t)r.rip, g[REG_EFL] = (greg_t)r.eflags;
-    *in_system_call = (long)r.orig_rax != -1;
+    slot->in_system_call = (long)r.orig_rax != -1;
+    slot->syscall_number = (long)r.orig_rax;
+    slot->thread_pointer = (uintptr_t)r.fs_base;
     return true;
 #elif defined(__aarch64__)
     struct user_pt_regs r;
@@ -117,8 +121,25 @@ static bool cc_read_registers(pid_t tid, ucontext_t *context, signed char *in_sy
     context->uc_mcontext.pstate = r.pstate;
     return true;
 #else
-    (void)tid, (void)in_system_call;
+    (void)tid, (void)slot;
     return false;
+#endif
+}
+
+// A wait that the stop ended with EINTR, and that the kernel never restarts by itself
+// (epoll_wait, sigtimedwait, semtimedop, a socket call with a timeout): set to run again once
+// the thread goes on, as the kernel does for the waits it restarts, so that a process that goes
+// on (a hang report) sees no EINTR. Only after a stop that reported no signal of its own.
+static void cc_rerun_interrupted_wait(pid_t tid) {
+#if defined(__x86_64__)
+    struct user_regs_struct r;
+    if (cc_raw_syscall(SYS_ptrace, PTRACE_GETREGS, tid, 0, (long)&r, 0) != 0) return;
+    if ((long)r.orig_rax < 0 || (long)r.rax != -EINTR) return;
+    r.rax = r.orig_rax;
+    r.rip -= 2;  // back onto the `syscall` instruction
+    cc_raw_syscall(SYS_ptrace, PTRACE_SETREGS, tid, 0, (long)&r, 0);
+#else
+    (void)tid;
 #endif
 }
 
@@ -209,7 +230,7 @@ static int cc_freeze_helper(void *unused) {
             // A signal that arrived meanwhile stops the thread too: it is handed back at the detach.
             if ((status >> 16) == 0) cc_stop_signal[index] = WSTOPSIG(status);
             if (atomic_load(&cc_frozen_slots[index].state) != CC_SLOT_ASKED) continue;
-            if (cc_read_registers((pid_t)tid, &cc_frozen_slots[index].context, &cc_frozen_slots[index].in_system_call))
+            if (cc_read_registers((pid_t)tid, &cc_frozen_slots[index]))
                 cc_answer(index);
             else
                 cc_miss(index, "its registers could not be read");
@@ -221,13 +242,17 @@ static int cc_freeze_helper(void *unused) {
     atomic_store(&cc_helper_state, CC_HELPER_DONE);
     cc_raw_wake(&cc_helper_state);
     // Held until released (a chained handler needs the threads back) or until the process dies.
-    struct timespec bound = {60, 0};
+    // A hang's freeze is let go after 250 ms whatever happens: a process that goes on must never
+    // be held longer, even by a reporter that is itself stuck.
+    struct timespec bound = {cc_freeze_for_hang ? 0 : 60, cc_freeze_for_hang ? 250 * 1000000 : 0};
     while (atomic_load(&cc_helper_release) == 0)
         if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT_PRIVATE, 0, (long)&bound, 0) == -ETIMEDOUT)
             break;
-    for (int i = 0; i < cc_frozen_count; i++)
-        if (cc_seized[i])
-            cc_raw_syscall(SYS_ptrace, PTRACE_DETACH, cc_frozen_slots[i].tid, 0, cc_stop_signal[i], 0);
+    for (int i = 0; i < cc_frozen_count; i++) {
+        if (!cc_seized[i]) continue;
+        if (cc_freeze_for_hang && cc_stop_seen[i] && cc_stop_signal[i] == 0) cc_rerun_interrupted_wait(cc_frozen_slots[i].tid);
+        cc_raw_syscall(SYS_ptrace, PTRACE_DETACH, cc_frozen_slots[i].tid, 0, cc_stop_signal[i], 0);
+    }
     return 0;
 }
 
@@ -240,7 +265,8 @@ static void cc_restore_dumpable(void) {
 
 void cc_freeze_prepare(void) { cc_touch_pages(cc_helper_stack + sizeof(cc_helper_stack) - 8192, 8192); }
 
-int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, const char **why) {
+int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, bool for_hang, const char **why) {
+    cc_freeze_for_hang = for_hang;
     cc_frozen_slots = slots;
     cc_frozen_count = count;
     cc_frozen_answers = answers;

@@ -360,6 +360,8 @@ extension CrashCapture {
         var anonymousID: String?
         var terminationSource: DispatchSourceRead?
         var lastRun = LastRun(crashed: false, consecutiveCrashes: 0)
+        /// Imports the hang reports this process writes (HangWatch).
+        var hangReplayer: CrashReplayer?
 
         func withLock<T>(_ body: () throws -> T) rethrows -> T {
             lock.lock()
@@ -471,6 +473,10 @@ extension CrashCapture {
                 directory: directory, store: store,
                 symbolicator: Symbolicator(
                     options: .fromEnvironment(adding: configuration.symbolStores, searchesSeparateDebugInfo: false))))
+        state.hangReplayer = CrashReplayer(
+            directory: directory, store: store,
+            symbolicator: Symbolicator(
+                options: .fromEnvironment(adding: configuration.symbolStores, searchesSeparateDebugInfo: false)))
         pipeline.startBackgroundWork()
         let budget = configuration.replayBudget.seconds
         // Entered now, so that a flush or an exit that comes before the import starts waits for it.

@@ -202,6 +202,10 @@ package struct CrashReplayer: Sendable {
                     CrashFileProblem(offset: 0, reason: "an event without event_id was skipped"))
                 continue
             }
+            if event["event"] as? String == "$AppHang" {
+                prepared.events.append((id, enrichHang(event, report: report)))
+                continue
+            }
             guard event["event"] as? String == "$AppCrashed" else {
                 prepared.events.append((id, event))
                 continue
@@ -349,22 +353,8 @@ package struct CrashReplayer: Sendable {
         }
         // Every other thread's frames, named the same way: an analyst reading the event sees a
         // deadlock without the crash file.
-        if var threads = crash["threads"] as? [[String: Any]] {
-            for (index, thread) in report.threads.enumerated() where index < threads.count && !thread.crashed {
-                let named = symbolicator.symbolicate(thread, in: report)
-                threads[index]["frames"] = zip(thread.frames, named).map { frame, symbol in
-                    Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
-                }
-                let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
-                threads[index]["async_owner"] = nil
-                threads[index]["async_frames"] =
-                    asyncNamed.isEmpty
-                    ? nil
-                    : zip(thread.asyncFrames, asyncNamed).map { frame, symbol in
-                        Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
-                    }
-            }
-            crash["threads"] = threads
+        if let threads = crash["threads"] as? [[String: Any]] {
+            crash["threads"] = namedThreads(threads, report: report)
         }
         crash["symbolicated"] = true
         event["crash"] = crash
@@ -386,6 +376,74 @@ package struct CrashReplayer: Sendable {
             properties["crash_exception_type_demangled"] = Demangler.demangleCxxType(type)
         }
         event["properties"] = properties
+        return event
+    }
+
+    /// Each thread's frames (but the crashing one's, which are the report's own) and [async]
+    /// callers as frame objects with names.
+    func namedThreads(_ threads: [[String: Any]], report: CrashReport) -> [[String: Any]] {
+        var threads = threads
+        for (index, thread) in report.threads.enumerated() where index < threads.count && !thread.crashed {
+            let named = symbolicator.symbolicate(thread, in: report)
+            threads[index]["frames"] = zip(thread.frames, named).map { frame, symbol in
+                Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
+            }
+            let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
+            threads[index]["async_owner"] = nil
+            threads[index]["async_frames"] =
+                asyncNamed.isEmpty
+                ? nil
+                : zip(thread.asyncFrames, asyncNamed).map { frame, symbol in
+                    Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
+                }
+        }
+        return threads
+    }
+
+    /// A hang report's `$AppHang`: every thread's frames named; a reason that shows the hung
+    /// thread's stack and any deadlock; a title and fingerprint from the hung thread's stack, as
+    /// a crash's come from the crashing thread's.
+    func enrichHang(_ event: [String: Any], report: CrashReport) -> [String: Any] {
+        var event = event
+        var hang = event["hang"] as? [String: Any] ?? [:]
+        var properties = event["properties"] as? [String: Any] ?? [:]
+        if let threads = hang["threads"] as? [[String: Any]] {
+            hang["threads"] = namedThreads(threads, report: report)
+        }
+        hang["symbolicated"] = true
+        let watch = properties["hang_watch"] as? String ?? "?"
+        let threshold = (properties["hang_threshold_ms"] as? NSNumber)?.intValue ?? 0
+        let stalled = (properties["hang_stalled_ms"] as? NSNumber)?.intValue ?? 0
+        var lines = ["watch \"\(watch)\" missed its \(threshold) ms threshold (no beat for \(stalled) ms)"]
+        let names = Dictionary(report.threads.map { ($0.tid, $0.name) }, uniquingKeysWith: { first, _ in first })
+        for link in hang["deadlock"] as? [[String: Any]] ?? [] {
+            let tid = (link["tid"] as? NSNumber)?.intValue ?? 0
+            let owner = (link["waits_for"] as? NSNumber)?.intValue ?? 0
+            lines.append(
+                "deadlock: thread \(tid) \"\(names[tid] ?? "?")\" waits for a lock (\(link["lock"] as? String ?? "?")) "
+                    + "held by thread \(owner) \"\(names[owner] ?? "?")\"")
+        }
+        let signal = (properties["hang_deadlock"] as? Bool ?? false) ? "Deadlock" : "Hang"
+        if let hung = report.hungThread {
+            let symbols = symbolicator.symbolicate(hung, in: report)
+            lines.append(
+                "thread \(hung.tid) \"\(hung.name)\"\(hung.tid == (properties["$pid"] as? NSNumber)?.intValue ? " (main)" : "")"
+            )
+            for (index, symbol) in symbols.prefix(32).enumerated() {
+                var line =
+                    "#\(index) \(symbol.function ?? "0x" + String(hung.frames[index].pc, radix: 16)) (\(symbol.module))"
+                if let file = symbol.file { line += " \(file)" + (symbol.line.map { ":\($0)" } ?? "") }
+                lines.append(line)
+            }
+            properties["hang_fingerprint"] = CrashFingerprint.fingerprint(
+                signal: signal, symbols: symbols, frames: hung.frames)
+            properties["hang_title"] = CrashFingerprint.title(signal: signal, symbols: symbols, frames: hung.frames)
+        } else {
+            properties["hang_title"] = signal + ": watch " + watch
+        }
+        properties["app_hang_reason"] = lines.joined(separator: "\n")
+        event["properties"] = properties
+        event["hang"] = hang
         return event
     }
 

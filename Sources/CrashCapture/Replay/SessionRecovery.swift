@@ -96,6 +96,13 @@ package struct SessionRecovery: Sendable {
         let alone = replayer.pendingFiles().filter { path in
             let name = (path as NSString).lastPathComponent
             let session = String(name.dropFirst(CrashFileLayout.filePrefix.utf8.count).prefix(32))
+            // A session's hang reports (`crash-<session>-hang-<n>…`) are not replayed with it:
+            // written whole and unlocked, each goes alone, whatever the state of its session.
+            if name.utf8.count > CrashFileLayout.filePrefix.utf8.count + 32 + CrashFileLayout.fileExtension.utf8.count
+                + 1
+            {
+                return true
+            }
             if handled.contains(session) { return false }
             // Install names the crash file before it makes the session file: one listed here
             // without its session file may have gained it since, and even crashed since. It then
