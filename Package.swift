@@ -13,6 +13,9 @@ let package = Package(
     products: [
         // What an app links: install, events, store, upload, replay. No server, no spawner.
         .library(name: "CrashCapture", targets: ["CrashCapture"]),
+        // A hang watch on every loop of a SwiftNIO EventLoopGroup: a product of its own, so that
+        // an app without SwiftNIO does not link it.
+        .library(name: "CrashCaptureNIO", targets: ["CrashCaptureNIO"]),
         // Reading crash files, and naming their frames, for tools of your own.
         .library(name: "CrashFileFormat", targets: ["CrashFileFormat"]),
         .library(name: "CrashSymbolication", targets: ["CrashSymbolication"]),
@@ -84,6 +87,11 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
+        .target(
+            name: "CrashCaptureNIO",
+            dependencies: ["CrashCapture", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: strictSwift
+        ),
         // The ingest server `crashcap collect` runs. Apps never link it.
         .target(
             name: "CrashCaptureCollector",
@@ -124,6 +132,7 @@ let package = Package(
                 // A SwiftNIO event loop to wait on, where the package's trait brings SwiftNIO anyway.
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["HTTPUpload"])),
+                .target(name: "CrashCaptureNIO", condition: .when(traits: ["HTTPUpload"])),
             ],
             path: "CrashSamples/Swift"
         ),

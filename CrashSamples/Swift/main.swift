@@ -15,6 +15,7 @@ import Logging
     import Glibc
 #endif
 #if HTTPUpload
+    import CrashCaptureNIO
     import NIOCore
     import NIOPosix
 #endif
@@ -332,7 +333,7 @@ func allKinds() -> [String] {
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork",
+            "pipeline-fork", "hang-nio", "hang-continuation",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -340,6 +341,56 @@ func allKinds() -> [String] {
         index += 1
     }
     return names
+}
+
+/// A request handler that makes a synchronous call on its event loop: the hang a watch catches.
+@inline(never) @_optimize(none) func handleRequestBlockingInSleep(milliseconds: Int) {
+    usleep(useconds_t(milliseconds * 1000))
+}
+
+/// Sync-over-async: the calling thread waits for a task that awaits a continuation nobody
+/// resumes. The task is suspended on no thread; the waiting thread is what hangs.
+@inline(never) @_optimize(none) func waitForTaskAnswer() {
+    let answered = DispatchSemaphore(value: 0)
+    Task.detached {
+        await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+        answered.signal()
+    }
+    answered.wait()
+}
+
+/// hang-nio: a SwiftNIO event loop blocked by a handler that sleeps (CRASH_SAMPLE_HANG_MS,
+/// 3 s), then running on until its hang has ended; hang-continuation: the main thread waits
+/// forever (the harness kills it).
+func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: Int) {
+    let threshold = Duration.milliseconds(thresholdMilliseconds)
+    switch kind {
+    case "hang-nio":
+        #if HTTPUpload
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+            let watches = group.watchEventLoops(threshold: threshold, name: "nio-loop")
+            usleep(100_000)
+            let loop = group.next()
+            print("blocking an event loop")
+            try? loop.submit { handleRequestBlockingInSleep(milliseconds: hangMilliseconds) }.wait()
+            usleep(useconds_t(3 * thresholdMilliseconds * 1000))
+            watches.stop()
+            CrashCapture.flush()
+            print("loop unblocked")
+        #else
+            fail("this build has no SwiftNIO (the HTTPUpload trait brings it)")
+        #endif
+    case "hang-continuation":
+        let watch = CrashCapture.watch(name: "main", threshold: threshold)
+        for _ in 0..<10 {
+            watch.beat()
+            usleep(10_000)
+        }
+        print("waiting for a task")
+        waitForTaskAnswer()
+    default:
+        fail("unknown hang kind \(kind)")
+    }
 }
 
 func run(_ kind: String) {
@@ -441,6 +492,12 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
 }
 if chain == "after-capture" { chainedSignals.forEach { sample_install_handler_after_capture($0) } }
 let sampleKind = kind
+if kind.hasPrefix("hang-") {
+    runHangKind(
+        kind, thresholdMilliseconds: environment["CRASH_SAMPLE_HANG_THRESHOLD_MS"].flatMap { Int($0) } ?? 500,
+        hangMilliseconds: environment["CRASH_SAMPLE_HANG_MS"].flatMap { Int($0) } ?? 3000)
+    exit(0)
+}
 if kind.hasPrefix("pipeline-") {
     let count = Int(environment["CRASH_SAMPLE_EVENTS"] ?? "10") ?? 10
     _ = runPipelineKind(kind, count: count)
