@@ -52,6 +52,22 @@ struct HarnessCase: Sendable {
         /// A substring of a function on the stack of another thread that was crashing at the same
         /// time (listed as crashed too, or still on its way into the fault when it was asked).
         var crashedToo: String? = nil
+        /// A hang case: no crash, a hang report instead (see `Hang`).
+        var hang: Hang? = nil
+    }
+
+    /// What a hang's report must show. A hang that `ends` lets the process exit 0 with a
+    /// `$AppHangEnd`; one that does not is killed by the harness (SIGKILL) once its report is
+    /// on disk, or after 2 s without capture, as an orchestrator would.
+    struct Hang: Sendable {
+        /// A substring of a function on the hung thread's stack.
+        var function: String
+        /// A prefix of the hung thread's name.
+        var threadName: String? = nil
+        var deadlock = false
+        var ends = true
+        /// A substring the sample's stdout must hold (`eintr=0`: no thread saw EINTR).
+        var stdout: String? = nil
     }
 
     /// Who installs the capture in the sample: its own call (the C API or the Swift SDK), the
@@ -88,7 +104,7 @@ struct HarnessCase: Sendable {
     }
 
     /// The Swift sample waits on a SwiftNIO future: only where it was built with SwiftNIO.
-    var needsNIO: Bool { mainWaits == "nio-wait" }
+    var needsNIO: Bool { mainWaits == "nio-wait" || kind == "hang-nio" }
 
     /// Kinds whose repeated runs measure the capture rate under the most stress.
     var isStressKind: Bool { kind == "concurrent-8" || kind.hasSuffix("stack-overflow") || mainWaits != nil }
@@ -96,7 +112,37 @@ struct HarnessCase: Sendable {
 
 enum HarnessMatrix {
     static func all() -> [HarnessCase] {
-        swiftCases() + cCases() + chainCases() + preloadCases() + mainWaitCases()
+        swiftCases() + cCases() + chainCases() + preloadCases() + mainWaitCases() + hangCases()
+    }
+
+    /// Hangs a watch catches, each with every thread's stack: the hung thread must show the
+    /// app's function that blocks.
+    static func hangCases() -> [HarnessCase] {
+        [
+            // A SwiftNIO event loop blocked for 3 s by a handler's sleep (CrashCaptureNIO).
+            HarnessCase(
+                program: .swiftSample, kind: "hang-nio",
+                expect: .init(
+                    signal: nil,
+                    hang: .init(function: "handleRequestBlockingInSleep", threadName: "NIO-ELT"))),
+            // The C API's watch on a main loop whose handler sleeps, while four threads wait in
+            // epoll_wait, nanosleep, poll and sigtimedwait: none of them may see EINTR.
+            HarnessCase(
+                program: .cSample, kind: "hang-sleep",
+                expect: .init(
+                    signal: nil,
+                    hang: .init(function: "sample_handler_blocked_in_sleep", stdout: "eintr=0"))),
+            // Two locks taken in opposite orders: named a deadlock; the process is then killed.
+            HarnessCase(
+                program: .cSample, kind: "hang-deadlock",
+                expect: .init(
+                    signal: SIGKILL,
+                    hang: .init(function: "sample_deadlock_take_a_then_b", deadlock: true, ends: false))),
+            // A thread waits for a task stuck on a continuation nobody resumes; killed.
+            HarnessCase(
+                program: .swiftSample, kind: "hang-continuation",
+                expect: .init(signal: SIGKILL, hang: .init(function: "waitForTaskAnswer", ends: false))),
+        ]
     }
 
     /// A crash on one thread while the main thread waits as real programs' main threads do.

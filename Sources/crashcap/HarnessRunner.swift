@@ -174,6 +174,17 @@ struct HarnessRunner {
             var env = base
             env["CRASH_SAMPLE_MARKER"] = directory + (captured ? "/marker-captured" : "/marker-baseline")
             if captured { env["CRASHCAPTURE_DIR"] = directory + "/crashes" }
+            if let hang = test.expect.hang, !hang.ends {
+                // An orchestrator's kill: once the hang is on disk, or after 2 s without capture.
+                let crashes = directory + "/crashes"
+                return try ChildProcess.run(
+                    path: path, arguments: arguments, environment: env, timeout: environment.timeout,
+                    whileRunning: { child in
+                        let deadline = Date().addingTimeInterval(captured ? 20 : 2)
+                        while Date() < deadline && !(captured && Self.hangReported(in: crashes)) { usleep(20_000) }
+                        kill(child.pid, SIGKILL)
+                    })
+            }
             let signalWhenReady = test.expect.sendSignal.map { signal in
                 { (child: ChildProcess) in
                     // Wait for the sample to say it is ready (handlers installed), then signal it.
@@ -220,12 +231,85 @@ struct HarnessRunner {
                 result.failures.append("stderr lacks \"\(needle)\"")
             }
             checkMarker(test, directory: directory, into: &result)
-            checkReport(test, directory: directory + "/crashes", outcome: captured, into: &result)
+            if let hang = test.expect.hang {
+                checkHang(hang, directory: directory + "/crashes", outcome: captured, into: &result)
+            } else {
+                checkReport(test, directory: directory + "/crashes", outcome: captured, into: &result)
+            }
         } catch {
             result.failures.append("\(error)")
         }
         result.seconds = Date().timeIntervalSince(started)
         return result
+    }
+
+    /// A hang report on disk: its file (a C program), or its event already in the store (the
+    /// Swift SDK imports its own at once).
+    static func hangReported(in directory: String) -> Bool {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        if names.contains(where: { $0.contains("-hang-") && $0.hasSuffix(".ccr") }) { return true }
+        guard names.contains("events.sqlite"), let store = try? EventStore(path: directory + "/events.sqlite")
+        else { return false }
+        return ((try? store.events(limit: 10_000)) ?? []).contains { $0.payload.contains("\"$AppHang\"") }
+    }
+
+    /// A hang case's report, as an analyst gets it: what the process left replayed into its
+    /// store (the SDK's own imports are there already), then the `$AppHang` read back.
+    func checkHang(
+        _ hang: HarnessCase.Hang, directory: String, outcome: ChildProcess.Outcome, into result: inout HarnessResult
+    ) {
+        var problems: [String] = []
+        if let stdout = hang.stdout, !outcome.stdout.contains(stdout) {
+            problems.append("stdout lacks \"\(stdout)\": \(outcome.stdout.suffix(200))")
+        }
+        let events: [[String: Any]]
+        do {
+            let store = try EventStore(path: directory + "/events.sqlite")
+            _ = CrashReplayer(directory: directory, store: store).replayAll()
+            events = try store.events(limit: 100_000).compactMap {
+                try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
+            }
+        } catch {
+            result.failures.append("the store could not be read: \(error)")
+            return
+        }
+        let hangs = events.filter { $0["event"] as? String == "$AppHang" }
+        guard hangs.count == 1 else {
+            result.failures.append("expected 1 $AppHang, found \(hangs.count)")
+            return
+        }
+        let properties = hangs[0]["properties"] as? [String: Any] ?? [:]
+        let details = hangs[0]["hang"] as? [String: Any] ?? [:]
+        result.topFrame = String((properties["hang_title"] as? String ?? "-").prefix(48))
+        if details["threads_frozen_by"] as? String != "ptrace" {
+            problems.append("threads frozen by \(details["threads_frozen_by"] ?? "nothing said"), expected ptrace")
+        }
+        let threads = details["threads"] as? [[String: Any]] ?? []
+        if let hung = threads.first(where: { $0["hung"] as? Bool == true }) {
+            let functions = (hung["frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+            if !functions.contains(where: { $0.contains(hang.function) }) {
+                problems.append("the hung thread's stack lacks \(hang.function): \(functions.prefix(12))")
+            }
+            if let name = hang.threadName, !(hung["name"] as? String ?? "").hasPrefix(name) {
+                problems.append("the hung thread is \(hung["name"] ?? "?"), expected \(name)…")
+            }
+        } else {
+            problems.append("no thread marked hung among \(threads.count)")
+        }
+        if threads.contains(where: { $0["captured"] as? Bool != true }) {
+            problems.append(
+                "threads not captured: \(threads.filter { $0["captured"] as? Bool != true }.map { $0["name"] ?? "?" })")
+        }
+        if (properties["hang_deadlock"] as? Bool ?? false) != hang.deadlock {
+            problems.append("hang_deadlock is \(properties["hang_deadlock"] ?? "missing"), expected \(hang.deadlock)")
+        }
+        let ended = events.contains { $0["event"] as? String == "$AppHangEnd" }
+        if ended != hang.ends {
+            problems.append(hang.ends ? "no $AppHangEnd" : "a $AppHangEnd for a hang that never ended")
+        }
+        result.handlerMilliseconds = properties["hang_capture_ms"] as? Double
+        result.captureOK = problems.isEmpty
+        result.failures += problems
     }
 
     func checkMarker(_ test: HarnessCase, directory: String, into result: inout HarnessResult) {
