@@ -58,6 +58,8 @@ case "writer":
     }
 case "journal":
     try journalBenchmarks(idleSeconds: option("--idle-seconds", default: 30))
+case "hang":
+    try hangBenchmarks(hangs: option("--hangs", default: 24), cpuSeconds: option("--cpu-seconds", default: 20))
 case "watch":
     try watchBenchmark(runs: option("--runs", default: 30))
 case "upload":
@@ -154,7 +156,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N]\n"
+        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -164,6 +164,8 @@ static void open_descriptors(int count) {
 // ended normally and its crash file was removed.
 static void crash_after_the_session_ended(void) { sample_run_c_kind("null-read"); }
 
+int hang_bench(const char *what, const char *directory);  // hang_bench.c
+
 static long env_number(const char *name, long fallback) {
     const char *text = getenv(name);
     return text != NULL && *text != '\0' ? strtol(text, NULL, 10) : fallback;
@@ -273,6 +275,7 @@ int main(int argc, char **argv) {
     }
     const char *extra_descriptors = getenv("CRASH_SAMPLE_OPEN_DESCRIPTORS");
     if (extra_descriptors != NULL) open_descriptors(atoi(extra_descriptors));
+    if (strncmp(kind, "hang-bench-", 11) == 0) exit(hang_bench(kind, directory));
     if (strncmp(kind, "hang-", 5) == 0) exit(hang(kind));
     if (strcmp(chain, "after-capture") == 0)
         for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)

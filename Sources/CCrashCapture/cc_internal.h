@@ -306,6 +306,8 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang);
 // each wait (it returns whether it did anything; if so, the answers are counted again first).
 void cc_threads_await(bool (*meanwhile)(void));
 int cc_threads_total_count(void);
+// Names the listed threads not named yet (a hang's, after they were let go).
+void cc_threads_name(void);
 cc_thread_slot *cc_thread_slot_at(int index);
 bool cc_thread_captured(const cc_thread_slot *slot);
 int cc_threads_freeze_method(void);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,19 +166,22 @@ CRASHCAPTURE_API void crashcapture_finish_termination(int signo);
 /// MARK: Hangs
 ///
 /// A watch: code that must make progress (an event loop, a worker, a main loop) beats it at
-/// least once per threshold; a watchdog thread of ours checks every watch every few
-/// milliseconds, and when one misses its threshold it writes a hang report: every other
-/// thread's stack, taken by freezing the threads with ptrace for about a millisecond (no
-/// signal reaches them; a wait the freeze ends with EINTR runs again), as a file of its own
-/// beside the crash file (`crash-<session>-hang-<n>.ccr`, flushed), which replay imports as
-/// an `$AppHang` event. When the watch beats again, `$AppHangEnd` follows with the duration.
+/// least once per threshold. A watchdog thread of ours sleeps until the earliest moment a watch
+/// could miss its threshold; when one does, it writes a hang report: every other thread's stack,
+/// taken by freezing the threads with ptrace for about a millisecond (no signal reaches them; a
+/// wait the freeze ends with EINTR runs again), as a file of its own beside the crash file
+/// (`crash-<session>-hang-<n>.ccr`, flushed), which replay imports as an `$AppHang` event. When
+/// the watch beats again, `$AppHangEnd` follows with the duration.
 typedef struct crashcapture_watch {
-    uintptr_t beaten_by;  // written by crashcapture_watch_beat only
+    /// Written by crashcapture_watch_beat only: the beating thread's pthread_self() over 16 in
+    /// the high 47 bits; in the low 17, CLOCK_MONOTONIC_COARSE as seconds times 1024 plus
+    /// 2^20-ns units within the second.
+    uint64_t beat;
 } crashcapture_watch;
 
-/// A watch named `name` (at most 63 bytes kept) with a threshold of `threshold_ms` (at least
-/// 10). Never NULL: before install, after uninstall, or with 256 watches already, a watch that
-/// nothing checks.
+/// A watch named `name` (at most 63 bytes kept) with a threshold of `threshold_ms` (10 ms to
+/// 60 s; held to those bounds). Never NULL: before install, after uninstall, or with 256
+/// watches already, a watch that nothing checks.
 CRASHCAPTURE_API crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms);
 
 /// 1 when the watchdog checks the watch, 0 for one that nothing checks.
@@ -186,10 +190,16 @@ CRASHCAPTURE_API int crashcapture_watch_is_checked(const crashcapture_watch *wat
 /// The watch is no longer checked; its memory is reused by a later watch.
 CRASHCAPTURE_API void crashcapture_watch_stop(crashcapture_watch *watch);
 
-/// One relaxed store: the calling thread's pthread_self(), which names the thread in a hang
-/// report (the hung thread is the one that beat last).
+/// Progress, in a few nanoseconds: the kernel's coarse clock (read in user space, through the
+/// vDSO) and this thread's id, in one relaxed store. The time lets the watchdog sleep until a
+/// watch could be late instead of waking to look; the thread names the hung one in a report.
 static inline void crashcapture_watch_beat(crashcapture_watch *watch) {
-    __atomic_store_n(&watch->beaten_by, (uintptr_t)pthread_self(), __ATOMIC_RELAXED);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    // Seconds times 1024 and 2^20-ns units within the second (0 to 953): no multiplication.
+    uint64_t units = ((uint64_t)now.tv_sec << 10) | ((uint64_t)now.tv_nsec >> 20);
+    __atomic_store_n(&watch->beat, (((uint64_t)(uintptr_t)pthread_self() >> 4) << 17) | (units & 0x1ffff),
+                     __ATOMIC_RELAXED);
 }
 
 enum { CRASHCAPTURE_HANG = 1, CRASHCAPTURE_HANG_END = 2 };

@@ -2,10 +2,11 @@
 // misses its threshold, has signal_safe/hang_report.c write a hang report; when the watch
 // beats again, the hang's end. It is started by the first watch.
 //
-// A beat is one relaxed store of the beating thread's pthread_self() into the watch's own cache
-// line; the watchdog takes it back (an exchange with 0) at each check, every 5 ms or an eighth
-// of the smallest threshold. A watch is hung when no beat was seen for its threshold: noticed
-// within one check of it.
+// A beat is one relaxed store, into the watch's own cache line, of the beating thread's id and
+// the kernel's coarse clock (crashcapture.h). Since each beat says when it came, the watchdog
+// needs no polling: it sleeps until the earliest moment a watch could be past its threshold
+// (the last beat's time plus the threshold), looks, and sleeps again. With every watch beaten
+// in time, it wakes about once per threshold, whatever the number of watches.
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,7 +19,13 @@
 
 #define CC_MAX_WATCHES 256
 #define CC_WATCH_MIN_THRESHOLD_MS 10
-#define CC_WATCHDOG_INTERVAL_NS (5 * 1000000LL)
+// The beat's 17 bits of time (1024 counts a second) run 128 s before they wrap: a watch is
+// looked at at least once per threshold, so a threshold stays well inside that.
+#define CC_WATCH_MAX_THRESHOLD_MS 60000
+#define CC_BEAT_TIME_BITS 17
+#define CC_BEAT_UNIT_SHIFT 20
+// A hung watch is looked at this often (or four times per threshold) for its end.
+#define CC_HUNG_LOOK_NS (100 * 1000000LL)
 
 enum { CC_WATCH_FREE = 0, CC_WATCH_ACTIVE, CC_WATCH_HUNG };
 
@@ -29,9 +36,10 @@ typedef struct cc_watch_slot {
     _Alignas(64) int state;
     char name[64];
     int64_t threshold_ns;
-    int64_t last_seen_ns;   // when a beat was last seen (or the watch started)
-    uintptr_t last_beater;  // pthread_self() of the thread that beat last
-    uint32_t hang_sequence; // the open hang's n, for its end
+    int64_t started_ns;      // CLOCK_MONOTONIC: the watch's start, or when it was given a new one
+    int64_t hung_since_ns;   // the last beat before the open hang
+    uint64_t hung_word;      // and its word: any other word is a beat since (times wrap, words do not repeat)
+    uint32_t hang_sequence;  // the open hang's n, for its end
 } cc_watch_slot;
 
 static cc_watch_slot cc_watches[CC_MAX_WATCHES];
@@ -39,6 +47,8 @@ static int cc_watch_high;  // slots in use are below this
 static crashcapture_watch cc_inert_watch;  // handed out when nothing can check a watch
 static pthread_mutex_t cc_watch_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cc_watch_stopped = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t cc_watch_changed;  // on CLOCK_MONOTONIC; made by the first watch
+static bool cc_watch_changed_made;
 static bool cc_watchdog_running;
 static bool cc_watchdog_stopping;
 static pthread_t cc_watchdog_thread;
@@ -102,8 +112,30 @@ static void cc_report_hang_end(const cc_found_hang *found) {
     cc_notify(&notice);
 }
 
+// A time as a beat counts it: seconds times 1024, plus 2^20-ns units within the second.
+static uint64_t cc_beat_units(int64_t ns) {
+    return ((uint64_t)(ns / 1000000000) << 10) | ((uint64_t)(ns % 1000000000) >> CC_BEAT_UNIT_SHIFT);
+}
+
+// When the beat in `word` came, on CLOCK_MONOTONIC (the start of its unit): its low bits are
+// the low bits of its count, and the full count is the latest one not after `now_ns` with those
+// bits (a beat is never in the future, and never a lap, 128 s, old when it is looked at).
+static int64_t cc_beat_time(uint64_t word, int64_t now_ns) {
+    uint64_t mask = (1ULL << CC_BEAT_TIME_BITS) - 1;
+    uint64_t now_count = cc_beat_units(now_ns);
+    uint64_t count = now_count - ((now_count - (word & mask)) & mask);
+    return (int64_t)(count >> 10) * 1000000000 + (int64_t)((count & 1023) << CC_BEAT_UNIT_SHIFT);
+}
+
+static int64_t cc_beat_uncertainty_ns;
+
+static uintptr_t cc_beat_thread(uint64_t word) { return (uintptr_t)((word >> CC_BEAT_TIME_BITS) << 4); }
+
 static void *cc_watchdog_main(void *unused) {
     (void)unused;
+    struct timespec tick = {0, 4000000};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+    cc_beat_uncertainty_ns = (int64_t)tick.tv_sec * 1000000000 + tick.tv_nsec + (1LL << CC_BEAT_UNIT_SHIFT);
     // Signals for the app go to the app's threads; the crash signals stay open, so that a fault
     // here is still ours to catch (a blocked fault kills the process with no handler).
     sigset_t mask;
@@ -111,53 +143,71 @@ static void *cc_watchdog_main(void *unused) {
     for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) sigdelset(&mask, cc_handled_signals[i]);
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
     prctl(PR_SET_NAME, "cc-watchdog", 0, 0, 0);
+    pthread_mutex_lock(&cc_watch_lock);
     int64_t due = cc_now_ns();
-    for (;;) {
+    while (!cc_watchdog_stopping) {
         cc_found_hang hangs[8], ends[8];
         int hang_count = 0, end_count = 0;
-        pthread_mutex_lock(&cc_watch_lock);
-        if (cc_watchdog_stopping) break;
         int64_t now = cc_now_ns();
+        // Woken late (the process was stopped, the machine suspended, a report took long): a
+        // watch whose beats stopped meanwhile gets a threshold of its own again from now.
         int64_t late = now - due;
-        int64_t interval = CC_WATCHDOG_INTERVAL_NS;
+        int64_t next = now + 1000000000LL;
         for (int i = 0; i < cc_watch_high; i++) {
             cc_watch_slot *slot = &cc_watches[i];
             if (slot->state == CC_WATCH_FREE) continue;
-            if (slot->threshold_ns / 8 < interval) interval = slot->threshold_ns / 8;
-            uintptr_t beater = __atomic_exchange_n(&slot->watch.beaten_by, 0, __ATOMIC_RELAXED);
-            if (beater != 0) {
-                if (slot->state == CC_WATCH_HUNG && end_count < 8) {
+            uint64_t word = __atomic_load_n(&slot->watch.beat, __ATOMIC_RELAXED);
+            int64_t beat = word != 0 ? cc_beat_time(word, now) : slot->started_ns;
+            if (beat < slot->started_ns) beat = slot->started_ns;
+            if (slot->state == CC_WATCH_HUNG) {
+                if (word != slot->hung_word && end_count < 8) {
                     cc_found_hang *end = &ends[end_count++];
                     memcpy(end->name, slot->name, sizeof(end->name));
                     end->sequence = slot->hang_sequence;
-                    end->duration_ns = now - slot->last_seen_ns;
+                    end->duration_ns = beat - slot->hung_since_ns;
+                    slot->state = CC_WATCH_ACTIVE;
+                } else {
+                    int64_t look = slot->threshold_ns / 4 < CC_HUNG_LOOK_NS ? slot->threshold_ns / 4 : CC_HUNG_LOOK_NS;
+                    if (now + look < next) next = now + look;
+                    continue;
                 }
-                slot->state = CC_WATCH_ACTIVE;
-                slot->last_seen_ns = now;
-                slot->last_beater = beater;
-            } else if (late > slot->threshold_ns / 4) {
-                // The watchdog itself ran late (the process was stopped, the machine suspended,
-                // or a report took long): the watched code gets a threshold of its own again.
-                if (slot->state == CC_WATCH_ACTIVE) slot->last_seen_ns = now;
-            } else if (slot->state == CC_WATCH_ACTIVE && now - slot->last_seen_ns >= slot->threshold_ns &&
-                       hang_count < 8) {
+            }
+            // A beat's time is the coarse clock's, up to a tick behind the beat, and cut to a unit:
+            // the deadline is that much later, so that no watch is ever called hung early.
+            int64_t deadline = beat + slot->threshold_ns + cc_beat_uncertainty_ns;
+            if (now >= deadline && late > slot->threshold_ns / 4) {
+                slot->started_ns = now;
+                deadline = now + slot->threshold_ns;
+            }
+            if (now >= deadline && hang_count < 8) {
                 slot->state = CC_WATCH_HUNG;
                 slot->hang_sequence = 0;
+                slot->hung_since_ns = beat;
+                slot->hung_word = word;
                 cc_found_hang *hang = &hangs[hang_count++];
                 memcpy(hang->name, slot->name, sizeof(hang->name));
                 hang->threshold_ns = slot->threshold_ns;
-                hang->stalled_ns = now - slot->last_seen_ns;
-                hang->beater = slot->last_beater;
+                hang->stalled_ns = now - beat;
+                hang->beater = word != 0 ? cc_beat_thread(word) : 0;
                 hang->slot = i;
+                int64_t look = slot->threshold_ns / 4 < CC_HUNG_LOOK_NS ? slot->threshold_ns / 4 : CC_HUNG_LOOK_NS;
+                if (now + look < next) next = now + look;
+            } else if (deadline < next) {
+                next = deadline;
             }
         }
-        pthread_mutex_unlock(&cc_watch_lock);
-        for (int i = 0; i < end_count; i++) cc_report_hang_end(&ends[i]);
-        for (int i = 0; i < hang_count; i++) cc_report_hang(&hangs[i], now);
-        due = now + interval;
-        struct timespec until = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+        if (end_count > 0 || hang_count > 0) {
+            // Written without the table's lock: a frozen thread may be waiting for it.
+            pthread_mutex_unlock(&cc_watch_lock);
+            for (int i = 0; i < end_count; i++) cc_report_hang_end(&ends[i]);
+            for (int i = 0; i < hang_count; i++) cc_report_hang(&hangs[i], now);
+            pthread_mutex_lock(&cc_watch_lock);
+            continue;  // look again at once: the report took time, and watches may have moved
         }
+        due = next;
+        struct timespec until = {(time_t)(next / 1000000000), (long)(next % 1000000000)};
+        // Woken early by a new watch (crashcapture_watch_start), which may be due sooner.
+        pthread_cond_timedwait(&cc_watch_changed, &cc_watch_lock, &until);
     }
     cc_watchdog_running = false;
     pthread_cond_broadcast(&cc_watch_stopped);
@@ -168,7 +218,16 @@ static void *cc_watchdog_main(void *unused) {
 crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms) {
     if (!atomic_load(&cc_global.installed)) return &cc_inert_watch;
     if (threshold_ms < CC_WATCH_MIN_THRESHOLD_MS) threshold_ms = CC_WATCH_MIN_THRESHOLD_MS;
+    if (threshold_ms > CC_WATCH_MAX_THRESHOLD_MS) threshold_ms = CC_WATCH_MAX_THRESHOLD_MS;
     pthread_mutex_lock(&cc_watch_lock);
+    if (!cc_watch_changed_made) {
+        pthread_condattr_t monotonic;
+        pthread_condattr_init(&monotonic);
+        pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+        pthread_cond_init(&cc_watch_changed, &monotonic);
+        pthread_condattr_destroy(&monotonic);
+        cc_watch_changed_made = true;
+    }
     cc_watch_slot *slot = NULL;
     for (int i = 0; i < CC_MAX_WATCHES && slot == NULL; i++) {
         if (cc_watches[i].state != CC_WATCH_FREE) continue;
@@ -183,11 +242,11 @@ crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold
     memcpy(slot->name, name != NULL ? name : "", length);
     slot->name[length] = '\0';
     slot->threshold_ns = threshold_ms * 1000000LL;
-    slot->last_seen_ns = cc_now_ns();
-    slot->last_beater = 0;
+    slot->started_ns = cc_now_ns();
     slot->hang_sequence = 0;
-    __atomic_store_n(&slot->watch.beaten_by, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->watch.beat, 0, __ATOMIC_RELAXED);
     slot->state = CC_WATCH_ACTIVE;
+    pthread_cond_signal(&cc_watch_changed);
     if (!cc_watchdog_running) {
         cc_watchdog_stopping = false;
         pthread_attr_t attributes;
@@ -224,6 +283,7 @@ void cc_watchdog_stop(void) {
     bool running = cc_watchdog_running;
     pthread_t thread = cc_watchdog_thread;
     cc_watchdog_stopping = true;
+    if (running && cc_watch_changed_made) pthread_cond_signal(&cc_watch_changed);
     if (running && !pthread_equal(thread, pthread_self())) {
         while (cc_watchdog_running) pthread_cond_wait(&cc_watch_stopped, &cc_watch_lock);
         pthread_mutex_unlock(&cc_watch_lock);
@@ -239,6 +299,7 @@ void cc_watchdog_stop(void) {
 void cc_watchdog_after_fork_in_child(void) {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     cc_watch_lock = fresh;
+    cc_watch_changed_made = false;
     for (int i = 0; i < cc_watch_high; i++) cc_watches[i].state = CC_WATCH_FREE;
     cc_watch_high = 0;
     cc_watchdog_running = false;

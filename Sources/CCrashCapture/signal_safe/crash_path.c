@@ -310,6 +310,7 @@ int64_t cc_hang_snapshot_threads(pid_t self, void (*while_frozen)(void), char **
     }
     cc_threads_release();
     int64_t held = cc_monotonic_ns() - start;
+    cc_threads_name();
     if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
         cc_thread_unwind_armed = 1;
         cc_scan_late_modules(atomic_load_explicit(&cc_global.module_map, memory_order_acquire));

@@ -1,4 +1,4 @@
-internal import CCrashCapture
+public import CCrashCapture
 internal import CrashFileFormat
 internal import Dispatch
 internal import Foundation
@@ -22,11 +22,12 @@ public final class HangWatch: @unchecked Sendable {
     // the process, and a beat is one atomic store there; `onStop` is set once, at init.
     /// The name given; it names the watch in the report (`hang_watch`).
     public let name: String
+    /// How long the watched code may go without a beat before it counts as hung.
     public let threshold: Duration
     /// False for a watch that nothing checks: made before install, after a failed one, or past
     /// 256 watches.
     public let isActive: Bool
-    let handle: UnsafeMutablePointer<crashcapture_watch>
+    @usableFromInline let handle: UnsafeMutablePointer<crashcapture_watch>
     private let onStop: (() -> Void)?
 
     init(name: String, threshold: Duration, onStop: (() -> Void)? = nil) {
@@ -36,13 +37,6 @@ public final class HangWatch: @unchecked Sendable {
         handle = crashcapture_watch_start(name, HangReports.milliseconds(threshold))
         isActive = crashcapture_watch_is_checked(handle) != 0
         self.onStop = onStop
-    }
-
-    /// Progress: one relaxed store of this thread's id. A few nanoseconds; call it as often as
-    /// the loop turns.
-    @inline(__always)
-    public func beat() {
-        crashcapture_watch_beat(handle)
     }
 
     /// No longer checked. Also done when the watch is released.
