@@ -333,7 +333,7 @@ func allKinds() -> [String] {
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork", "hang-nio", "hang-continuation",
+            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -345,6 +345,11 @@ func allKinds() -> [String] {
 
 /// A request handler that makes a synchronous call on its event loop: the hang a watch catches.
 @inline(never) @_optimize(none) func handleRequestBlockingInSleep(milliseconds: Int) {
+    usleep(useconds_t(milliseconds * 1000))
+}
+
+/// Work on the main queue that takes too long.
+@inline(never) @_optimize(none) func blockTheMainQueue(milliseconds: Int) {
     usleep(useconds_t(milliseconds * 1000))
 }
 
@@ -380,6 +385,21 @@ func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: I
         #else
             fail("this build has no SwiftNIO (the HTTPUpload trait brings it)")
         #endif
+    case "hang-main-queue":
+        let watch = CrashCapture.watchMainQueue(threshold: threshold)
+        DispatchQueue.main.asyncAfter(deadline: .now() + .milliseconds(200)) {
+            blockTheMainQueue(milliseconds: hangMilliseconds)
+        }
+        DispatchQueue.main.asyncAfter(
+            deadline: .now() + .milliseconds(200 + hangMilliseconds + 3 * thresholdMilliseconds)
+        ) {
+            watch.stop()
+            CrashCapture.flush()
+            exit(0)
+        }
+        // RunLoop, not dispatchMain(): on Linux dispatchMain() ends the main thread and the main
+        // queue runs on whichever worker is free, so no one thread is the queue's.
+        RunLoop.main.run()
     case "hang-continuation":
         let watch = CrashCapture.watch(name: "main", threshold: threshold)
         for _ in 0..<10 {

@@ -47,6 +47,17 @@ enum ReportRendering {
     ) -> String {
         var lines: [String] = [style.bold("== \(report.path)")]
         for problem in report.problems { lines.append(style.red("damaged: \(problem)")) }
+        if report.crashed == nil, report.hang != nil {
+            return (lines + hangLines(report, symbolicator: symbolicator, options: options, style: style))
+                .map(style.terminalSafe).joined(separator: "\n")
+        }
+        if report.crashed == nil, let end = report.events.first(where: { $0["event"] as? String == "$AppHangEnd" }) {
+            let properties = end["properties"] as? [String: Any] ?? [:]
+            lines.append(
+                "hang \(properties["hang_id"] ?? "?") of watch \"\(properties["hang_watch"] ?? "?")\" ended after "
+                    + "\(properties["hang_duration_ms"] ?? "?") ms")
+            return lines.map(style.terminalSafe).joined(separator: "\n")
+        }
         guard let crashed = report.crashed else {
             lines.append(report.session != nil ? "no crash recorded in this session" : "no crash record")
             return lines.map(style.terminalSafe).joined(separator: "\n")
@@ -112,6 +123,72 @@ enum ReportRendering {
             lines.append(style.dim("(more with \(more.joined(separator: " and ")), or --json)"))
         }
         return lines.map(style.terminalSafe).joined(separator: "\n")
+    }
+
+    /// A hang report: the watch that missed, the hung thread's stack, any deadlock, then every
+    /// thread as for a crash.
+    static func hangLines(
+        _ report: CrashReport, symbolicator: Symbolicator, options: RenderOptions, style: TextStyle
+    ) -> [String] {
+        guard let hang = report.hang else { return [] }
+        let properties = hang["properties"] as? [String: Any] ?? [:]
+        var lines: [String] = []
+        let app = "\(properties["$app_name"] ?? "?") \(properties["$app_version"] ?? "")"
+        lines.append(
+            "\(style.bold("app")):      \(app)  pid \(properties["$pid"] ?? "?")  on \(properties["$hostname"] ?? "?")")
+        if let time = hang["time"] as? NSNumber {
+            lines.append("\(style.bold("time")):     \(Date(timeIntervalSince1970: time.doubleValue / 1000))")
+        }
+        let deadlock = properties["hang_deadlock"] as? Bool == true
+        lines.append(
+            "\(style.bold("hang")):     "
+                + style.red(
+                    "watch \"\(properties["hang_watch"] ?? "?")\" missed its \(properties["hang_threshold_ms"] ?? "?") ms "
+                        + "threshold (no beat for \(properties["hang_stalled_ms"] ?? "?") ms)"
+                        + (deadlock ? ": deadlock" : "")))
+        let details = hang["hang"] as? [String: Any] ?? [:]
+        let names = Dictionary(report.threads.map { ($0.tid, $0.name) }, uniquingKeysWith: { first, _ in first })
+        for link in details["deadlock"] as? [[String: Any]] ?? [] {
+            let tid = (link["tid"] as? NSNumber)?.intValue ?? 0
+            let owner = (link["waits_for"] as? NSNumber)?.intValue ?? 0
+            lines.append(
+                "  thread \(tid) \"\(names[tid] ?? "?")\" waits for lock \(link["lock"] as? String ?? "?") held by "
+                    + "thread \(owner) \"\(names[owner] ?? "?")\"")
+        }
+        var shownModules = Set<Int>()
+        if let hung = report.hungThread {
+            let symbols = symbolicator.symbolicate(hung, in: report)
+            let signal = deadlock ? "Deadlock" : "Hang"
+            lines.append(
+                "\(style.bold("title")):    \(CrashFingerprint.title(signal: signal, symbols: symbols, frames: hung.frames))"
+            )
+            let main = properties["hang_main_thread"] as? Bool == true ? " (main thread)" : ""
+            lines.append("\(style.bold("thread")):   \(hung.tid) \"\(hung.name)\"\(main), the watch's")
+            lines.append(style.bold("frames") + ":")
+            lines += frameLines(
+                hung.frames, symbols: symbols, limit: options.frames, hidingSystem: !options.allFrames, style: style,
+                indent: "  ", shownModules: &shownModules)
+            let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: hung, in: report)
+            if !asyncSymbols.isEmpty {
+                lines += asyncFrameLines(
+                    hung.asyncFrames, symbols: asyncSymbols, options: options, style: style, indent: "  ")
+            }
+        } else {
+            lines.append(style.dim("the watch's thread was not found among the threads (it ended, or never beat)"))
+        }
+        lines.append(
+            style.dim(
+                "threads held \(properties["hang_threads_held_ms"] ?? "?") ms, report \(properties["hang_capture_ms"] ?? "?") ms"
+            ))
+        lines += threadLines(
+            report, symbolicator: symbolicator, options: options, style: style, shownModules: &shownModules)
+        lines.append(style.bold("modules") + ":")
+        for (index, module) in report.modules.enumerated() where shownModules.contains(index) {
+            lines.append(
+                "  [\(index)] \(module.path)  \(style.dim("build-id \(module.buildID.isEmpty ? "none" : module.buildID)"))"
+            )
+        }
+        return lines
     }
 
     /// The crashing task's logical callers, from its async context chain, as the Swift
@@ -319,10 +396,12 @@ enum ReportRendering {
         var frozen = report.threadsFrozenBy.map { ", frozen by \($0)" } ?? ""
         if let note = report.threadsFreezeNote { frozen += " (\(note))" }
         var lines = [
-            style.bold("threads") + ": \(report.threadsTotal) (\(report.threads.count) listed, crashed first\(frozen))"
+            style.bold("threads") + ": \(report.threadsTotal) (\(report.threads.count) listed"
+                + (report.hang == nil ? ", crashed first" : "") + "\(frozen))"
         ]
         func label(_ thread: CrashReport.Thread) -> String {
             "\(thread.tid) \"\(thread.name)\" \(thread.state)" + (thread.crashedToo ? style.red(" crashed too") : "")
+                + (thread.tid == report.hungThread?.tid ? style.red(" hung") : "")
         }
         var groups: [(key: [UInt64], threads: [CrashReport.Thread])] = []
         for thread in report.threads {

@@ -91,6 +91,11 @@ import Testing
         kill(child.pid, SIGKILL)
         _ = child.wait(timeout: 10)
         #expect(child.signal == SIGKILL)
+        // Read before the replay, as a person at the machine reads it.
+        let shown = try run(Paths.crashcap, ["show", directory, "--no-color"])
+        #expect(shown.stdout.contains("title:    Deadlock in sample_deadlock_take_a_then_b"), "\(shown.stdout)")
+        #expect(shown.stdout.contains("\"locker-b\" waits for lock"), "\(shown.stdout)")
+        #expect(shown.stdout.contains("frozen by ptrace"))
         let events = try replay(directory)
         let hang = try #require(events.first { $0["event"] as? String == "$AppHang" })
         let facts = properties(hang)
@@ -152,6 +157,25 @@ import Testing
             "\(threads.map { $0["name"] ?? "" })")
         let end = try #require(events.first { $0["event"] as? String == "$AppHangEnd" })
         #expect((HangTests().properties(end)["hang_duration_ms"] as? Int ?? 0) >= 1200)
+    }
+
+    /// The main queue watched (`watchMainQueue`) in an app that runs it: a block on it sleeps
+    /// past the threshold, and the main thread is the hung one.
+    @Test func aBlockedMainQueueIsReported() throws {
+        let directory = makeTemporaryDirectory("hang-main-queue")
+        let result = try run(
+            Paths.swiftSample, ["hang-main-queue"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_MS": "1000", "CRASH_SAMPLE_HANG_THRESHOLD_MS": "300",
+            ], timeout: 60)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let events = try storedEvents(directory)
+        let hang = try #require(events.first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
+        let facts = HangTests().properties(hang)
+        #expect(facts["hang_watch"] as? String == "main-queue")
+        #expect(facts["hang_main_thread"] as? Bool == true)
+        #expect((facts["hang_title"] as? String ?? "").contains("blockTheMainQueue"), "\(facts)")
+        #expect(events.contains { $0["event"] as? String == "$AppHangEnd" })
     }
 
     /// Sync-over-async: the main thread waits for a task that awaits a continuation nobody

@@ -57,8 +57,11 @@ extension CrashCapture {
     }
 
     /// The main queue, beaten by a timer on it four times per `threshold`: for apps that run
-    /// the main queue (`dispatchMain()`, `RunLoop.main.run()`). In any other app it would be
-    /// reported hung, since nothing runs it.
+    /// the main queue (`RunLoop.main.run()`, `dispatchMain()`); in any other app it would be
+    /// reported hung, since nothing runs it. Under `dispatchMain()` on Linux the main thread
+    /// ends and the queue runs on whichever Dispatch worker is free: the report then marks the
+    /// worker that ran the last beat, which may not be the one that blocks (every thread's stack
+    /// is in the report all the same).
     public static func watchMainQueue(threshold: Duration = .seconds(2)) -> HangWatch {
         let timer = DispatchSource.makeTimerSource(queue: .main)
         let watch = HangWatch(name: "main-queue", threshold: threshold) { timer.cancel() }
