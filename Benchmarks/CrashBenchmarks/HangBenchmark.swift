@@ -62,7 +62,7 @@ func hangBenchmarks(hangs: Int, cpuSeconds: Int) throws {
         "of which the report: detection to durable, ms", reports["detect_to_disk_ms"] ?? [],
         "the disk's flush alone: \(format(flush, 3)) ms", "")
     row(
-        "the other threads held (frozen to let go), ms", reports["threads_held_ms"] ?? [], "", "≤ 2")
+        "the longest any thread was held (its stop to its going on), ms", reports["threads_held_ms"] ?? [], "", "≤ 2")
     row(
         "a spinning thread's longest gap during a report, ms", reports["spinner_gap_ms"] ?? [],
         "the same without a hang: \(format(Statistics(reports["spinner_gap_without_hang_ms"] ?? []).median, 3)) ms",

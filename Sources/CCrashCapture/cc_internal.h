@@ -324,6 +324,10 @@ void cc_freeze_prepare(void);
 int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers, bool for_hang, const char **why);
 int cc_freeze_confirm(const char **why);
 void cc_freeze_release(void);
+// A hang's freeze: the thread in slot `index` may go on now (its stack is taken).
+void cc_freeze_let_go(int index);
+// The longest any thread of the last freeze was held, from its interrupt to its detach, in ns.
+int64_t cc_freeze_longest_hold_ns(void);
 
 // signal_safe/process_state.c
 void cc_append_process_state(cc_buf *b, int thread_count);

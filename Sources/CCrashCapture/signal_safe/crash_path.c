@@ -72,6 +72,8 @@ static char cc_record[CC_RECORD_CAPACITY];
 // the buffers above: a crash on another thread waits for it; a fault of its own while
 // unwinding another thread costs that thread's frames, as in a crash.
 static _Atomic pid_t cc_hang_tid;
+// A hang's: what to read of each thread while it is still held, before it is let go.
+static void (*cc_after_thread_unwound)(cc_thread_slot *slot);
 
 // At install: the parts of the buffers that every report writes into get their pages now
 // (about 60 KiB resident; a one-thread report fits in the first 16 KiB of cc_record).
@@ -133,11 +135,14 @@ static bool cc_unwind_other_threads(void) {
                 cc_walk_async_chain(r.pc, r.fp, r.sp, slot->async_frames, CC_THREAD_ASYNC_FRAMES,
                                     &slot->async_frame_count, &slot->async_owner);
             }
+            if (cc_after_thread_unwound != NULL) cc_after_thread_unwound(slot);
             cc_thread_unwind_armed = 0;
         } else {
             cc_thread_unwind_armed = 0;
             slot->unwind_faulted = true;
         }
+        // A hang's thread goes on as soon as its stack is taken: the others' do not hold it.
+        if (cc_after_thread_unwound != NULL) cc_freeze_let_go(i);
     }
     return unwound_any;
 }
@@ -294,22 +299,19 @@ int cc_hang_snapshot_begin(pid_t self) {
     return 0;
 }
 
-// Every other thread frozen by ptrace (never a signal), each unwound, `while_frozen` called
-// (it may read what the frozen threads hold), then all let go: the nanoseconds they were held.
-int64_t cc_hang_snapshot_threads(pid_t self, void (*while_frozen)(void), char **record, size_t *record_cap) {
+// Every other thread frozen by ptrace (never a signal), each unwound and passed to
+// `while_held` as soon as it stops, then let go at once: a thread is held for its own stack's
+// sake only. The longest any thread was held, in ns.
+int64_t cc_hang_snapshot_threads(pid_t self, void (*while_held)(cc_thread_slot *slot), char **record,
+                                 size_t *record_cap) {
     int64_t start = cc_monotonic_ns();
+    cc_after_thread_unwound = while_held;
     cc_threads_ask(self, start + CC_THREAD_ANSWER_NS, true);
     cc_threads_await(cc_unwind_other_threads);
     cc_unwind_other_threads();
-    if (while_frozen != NULL) {
-        if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
-            cc_thread_unwind_armed = 1;
-            while_frozen();
-        }
-        cc_thread_unwind_armed = 0;
-    }
+    cc_after_thread_unwound = NULL;
     cc_threads_release();
-    int64_t held = cc_monotonic_ns() - start;
+    int64_t held = cc_freeze_longest_hold_ns();
     cc_threads_name();
     if (sigsetjmp(cc_thread_unwind_jump, 1) == 0) {
         cc_thread_unwind_armed = 1;

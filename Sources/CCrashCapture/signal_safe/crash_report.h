@@ -138,9 +138,10 @@ void cc_write_crash_line(const cc_crash *c);
 
 // 0, or EBUSY when a crash is being reported or another snapshot is under way.
 int cc_hang_snapshot_begin(pid_t self);
-// Freezes, unwinds and lets go of every other thread (see crash_path.c); gives the report
-// buffer to build into. The nanoseconds the threads were held.
-int64_t cc_hang_snapshot_threads(pid_t self, void (*while_frozen)(void), char **record, size_t *record_cap);
+// Freezes, unwinds and lets go of every other thread, each as soon as its stack is taken (see
+// crash_path.c); gives the report buffer to build into. The longest any thread was held, in ns.
+int64_t cc_hang_snapshot_threads(pid_t self, void (*while_held)(cc_thread_slot *slot), char **record,
+                                 size_t *record_cap);
 void cc_hang_snapshot_end(void);
 
 #endif

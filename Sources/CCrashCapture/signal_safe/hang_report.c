@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <stdio.h>  // renameat
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -47,19 +46,18 @@ static pid_t cc_lock_owner(uintptr_t address, long operation) {
     return owner > 0 && cc_slot_of_tid(owner) != NULL ? owner : 0;
 }
 
-// Called by the snapshot while the threads are held (a fault here is caught there).
-static void cc_note_lock_waits(void) {
+// Called by the snapshot for each thread while it is held (a fault here is caught there).
+static void cc_note_lock_wait(cc_thread_slot *slot) {
 #if defined(__x86_64__)
-    for (int i = 0; cc_thread_slot_at(i) != NULL; i++) {
-        cc_thread_slot *slot = cc_thread_slot_at(i);
-        if (!cc_thread_captured(slot) || slot->syscall_number != SYS_futex) continue;
-        uintptr_t address = (uintptr_t)slot->context.uc_mcontext.gregs[REG_RDI];
-        long operation = (long)slot->context.uc_mcontext.gregs[REG_RSI];
-        pid_t owner = cc_lock_owner(address, operation);
-        if (owner == 0 || owner == slot->tid) continue;
-        slot->waits_for = owner;
-        slot->waits_on_lock = address;
-    }
+    if (slot->syscall_number != SYS_futex) return;
+    uintptr_t address = (uintptr_t)slot->context.uc_mcontext.gregs[REG_RDI];
+    long operation = (long)slot->context.uc_mcontext.gregs[REG_RSI];
+    pid_t owner = cc_lock_owner(address, operation);
+    if (owner == 0 || owner == slot->tid) return;
+    slot->waits_for = owner;
+    slot->waits_on_lock = address;
+#else
+    (void)slot;
 #endif
 }
 
@@ -234,10 +232,12 @@ static int cc_write_hang_file(const char *name, char *event, size_t payload) {
         if (linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW) != 0) err = errno;
     }
     if (err == 0 && (named_at_once ? fdatasync(fd) : fsync(fd)) != 0) err = errno;
-    if (err == 0 && named_at_once && renameat(dir, temporary, dir, name) != 0) err = errno;
+    // Linked under its name, then the temporary name removed (rename is not among the calls the
+    // crash path's rules allow; link and unlink are).
+    if (err == 0 && named_at_once && linkat(dir, temporary, dir, name, 0) != 0) err = errno;
     if (err == 0 && (named_at_once || !cc_global.fsync_covers_new_name) && fsync(dir) != 0) err = errno;
     close(fd);
-    if (err != 0 && named_at_once) unlinkat(dir, temporary, 0);
+    if (named_at_once) unlinkat(dir, temporary, 0);
     return err;
 }
 
@@ -253,7 +253,7 @@ int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_
     if (cc_hang_snapshot_begin(self) != 0) return EBUSY;
     char *record = NULL;
     size_t cap = 0;
-    int64_t held = cc_hang_snapshot_threads(self, cc_note_lock_waits, &record, &cap);
+    int64_t held = cc_hang_snapshot_threads(self, cc_note_lock_wait, &record, &cap);
     const cc_thread_slot *hung = NULL;
     for (int i = 0; request->watched_thread != 0 && cc_thread_slot_at(i) != NULL; i++)
         if (cc_thread_slot_at(i)->thread_pointer == request->watched_thread) hung = cc_thread_slot_at(i);

@@ -55,6 +55,13 @@ static _Atomic uint32_t cc_helper_go;
 static _Atomic uint32_t cc_helper_release;
 static pid_t cc_helper_pid;
 static bool cc_freeze_for_hang;  // the process goes on: bounded hold, interrupted waits run again
+// A hang's threads are let go one by one, each once its stack is taken: the reporting thread
+// marks the slot and counts it (a futex word the helper waits on).
+static _Atomic uint8_t cc_let_go[CC_MAX_THREADS];
+static _Atomic uint32_t cc_let_go_count;
+static bool cc_detached[CC_MAX_THREADS];
+static int64_t cc_interrupted_at[CC_MAX_THREADS];  // when the helper asked each thread to stop
+static int64_t cc_longest_hold;  // the longest any thread was held, interrupt to detach
 static int cc_dumpable_before = -1;  // put back once every thread is seized
 // Per slot: seized by the helper, its stop seen, and the signal a stop reported (handed back
 // at the detach).
@@ -130,6 +137,15 @@ static bool cc_read_registers(pid_t tid, cc_thread_slot *slot) {
 // (epoll_wait, sigtimedwait, semtimedop, a socket call with a timeout): set to run again once
 // the thread goes on, as the kernel does for the waits it restarts, so that a process that goes
 // on (a hang report) sees no EINTR. Only after a stop that reported no signal of its own.
+static long cc_slot_result(const cc_thread_slot *slot) {
+#if defined(__x86_64__)
+    return (long)slot->context.uc_mcontext.gregs[REG_RAX];
+#else
+    (void)slot;
+    return 0;
+#endif
+}
+
 static void cc_rerun_interrupted_wait(pid_t tid) {
 #if defined(__x86_64__)
     struct user_regs_struct r;
@@ -165,6 +181,36 @@ static int cc_slot_of(pid_t tid) {
     for (int i = 0; i < cc_frozen_count; i++)
         if (cc_frozen_slots[i].tid == tid) return i;
     return -1;
+}
+
+static int64_t cc_raw_now_ns(void) {
+    struct timespec now;
+    cc_raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&now, 0, 0, 0);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static void cc_detach(int i) {
+    // Only a thread whose registers at the stop showed a system call returning EINTR.
+    if (cc_freeze_for_hang && cc_stop_seen[i] && cc_stop_signal[i] == 0 && cc_frozen_slots[i].syscall_number >= 0 &&
+        cc_slot_result(&cc_frozen_slots[i]) == -EINTR)
+        cc_rerun_interrupted_wait(cc_frozen_slots[i].tid);
+    cc_raw_syscall(SYS_ptrace, PTRACE_DETACH, cc_frozen_slots[i].tid, 0, cc_stop_signal[i], 0);
+    cc_detached[i] = true;
+    int64_t held = cc_raw_now_ns() - cc_interrupted_at[i];
+    if (held > cc_longest_hold) cc_longest_hold = held;
+}
+
+// A hang's threads whose stacks are taken go on; true once every seized thread has.
+static bool cc_detach_let_go(void) {
+    bool all = true;
+    for (int i = 0; i < cc_frozen_count; i++) {
+        if (!cc_seized[i] || cc_detached[i]) continue;
+        if (atomic_load(&cc_let_go[i]))
+            cc_detach(i);
+        else
+            all = false;
+    }
+    return all;
 }
 
 static int cc_freeze_helper(void *unused) {
@@ -209,6 +255,7 @@ static int cc_freeze_helper(void *unused) {
             cc_raw_wake(&cc_helper_state);
         }
         cc_seized[i] = true;
+        cc_interrupted_at[i] = cc_raw_now_ns();
         if (cc_raw_syscall(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0, 0) != 0) {
             cc_miss(i, "could not be interrupted");
             continue;
@@ -238,21 +285,32 @@ static int cc_freeze_helper(void *unused) {
             cc_seized[index] = false;  // exited or killed: nothing to detach
             cc_miss(index, "exited");
         }
+        if (cc_freeze_for_hang) cc_detach_let_go();
     }
     atomic_store(&cc_helper_state, CC_HELPER_DONE);
     cc_raw_wake(&cc_helper_state);
-    // Held until released (a chained handler needs the threads back) or until the process dies.
-    // A hang's freeze is let go after 250 ms whatever happens: a process that goes on must never
-    // be held longer, even by a reporter that is itself stuck.
-    struct timespec bound = {cc_freeze_for_hang ? 0 : 60, cc_freeze_for_hang ? 250 * 1000000 : 0};
-    while (atomic_load(&cc_helper_release) == 0)
-        if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT_PRIVATE, 0, (long)&bound, 0) == -ETIMEDOUT)
-            break;
-    for (int i = 0; i < cc_frozen_count; i++) {
-        if (!cc_seized[i]) continue;
-        if (cc_freeze_for_hang && cc_stop_seen[i] && cc_stop_signal[i] == 0) cc_rerun_interrupted_wait(cc_frozen_slots[i].tid);
-        cc_raw_syscall(SYS_ptrace, PTRACE_DETACH, cc_frozen_slots[i].tid, 0, cc_stop_signal[i], 0);
+    if (cc_freeze_for_hang) {
+        // Each thread goes on once its stack is taken. All go after 250 ms whatever happens: a
+        // process that goes on must never be held longer, even by a reporter stuck itself.
+        int64_t until = cc_raw_now_ns() + 250 * 1000000LL;
+        for (;;) {
+            uint32_t seen = atomic_load(&cc_let_go_count);
+            if (cc_detach_let_go() || atomic_load(&cc_helper_release) != 0) break;
+            int64_t left = until - cc_raw_now_ns();
+            if (left <= 0) break;
+            struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+            cc_raw_syscall(SYS_futex, (long)&cc_let_go_count, FUTEX_WAIT_PRIVATE, seen, (long)&wait, 0);
+        }
+    } else {
+        // Held until released (a chained handler needs the threads back) or until the process dies.
+        struct timespec bound = {60, 0};
+        while (atomic_load(&cc_helper_release) == 0)
+            if (cc_raw_syscall(SYS_futex, (long)&cc_helper_release, FUTEX_WAIT_PRIVATE, 0, (long)&bound, 0) ==
+                -ETIMEDOUT)
+                break;
     }
+    for (int i = 0; i < cc_frozen_count; i++)
+        if (cc_seized[i] && !cc_detached[i]) cc_detach(i);
     return 0;
 }
 
@@ -276,6 +334,10 @@ int cc_freeze_start(cc_thread_slot *slots, int count, _Atomic uint32_t *answers,
     memset(cc_seized, 0, sizeof(cc_seized));
     memset(cc_stop_seen, 0, sizeof(cc_stop_seen));
     memset(cc_stop_signal, 0, sizeof(cc_stop_signal));
+    memset(cc_detached, 0, sizeof(cc_detached));
+    for (int i = 0; i < count; i++) atomic_store(&cc_let_go[i], 0);
+    atomic_store(&cc_let_go_count, 0);
+    cc_longest_hold = 0;
     // A process that is not dumpable can be traced only by a privileged tracer: dumpable while
     // the helper seizes the threads (the check is made at the seizing only), then as it was, so
     // that the core dump is what it would have been.
@@ -312,8 +374,21 @@ int cc_freeze_confirm(const char **why) {
     return 0;
 }
 
+int64_t cc_freeze_longest_hold_ns(void) { return cc_longest_hold; }
+
+void cc_freeze_let_go(int index) {
+    if (!cc_freeze_for_hang || cc_helper_pid <= 0 || index < 0 || index >= cc_frozen_count) return;
+    atomic_store(&cc_let_go[index], 1);
+    atomic_fetch_add(&cc_let_go_count, 1);
+    syscall(SYS_futex, &cc_let_go_count, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 void cc_freeze_release(void) {
     if (cc_helper_pid <= 0) return;
+    if (cc_freeze_for_hang) {
+        atomic_fetch_add(&cc_let_go_count, 1);
+        syscall(SYS_futex, &cc_let_go_count, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
     atomic_store(&cc_helper_release, 1);
     syscall(SYS_futex, &cc_helper_release, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     // The helper may still wait for a thread that never stops (an uninterruptible wait): after
