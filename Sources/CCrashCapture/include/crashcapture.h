@@ -198,8 +198,13 @@ static inline void crashcapture_watch_beat(crashcapture_watch *watch) {
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     // Seconds times 1024 and 2^20-ns units within the second (0 to 953): no multiplication.
     uint64_t units = ((uint64_t)now.tv_sec << 10) | ((uint64_t)now.tv_nsec >> 20);
-    __atomic_store_n(&watch->beat, (((uint64_t)(uintptr_t)pthread_self() >> 4) << 17) | (units & 0x1ffff),
-                     __ATOMIC_RELAXED);
+#if defined(__x86_64__)
+    // glibc's pthread_self() is the thread pointer on x86_64: read without a call.
+    uintptr_t thread = (uintptr_t)__builtin_thread_pointer();
+#else
+    uintptr_t thread = (uintptr_t)pthread_self();
+#endif
+    __atomic_store_n(&watch->beat, (((uint64_t)thread >> 4) << 17) | (units & 0x1ffff), __ATOMIC_RELAXED);
 }
 
 enum { CRASHCAPTURE_HANG = 1, CRASHCAPTURE_HANG_END = 2 };
