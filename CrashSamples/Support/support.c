@@ -177,9 +177,18 @@ NOINLINE void sample_concurrent_crashes(void) { sample_crash_on_threads(8); }
 
 NOINLINE void sample_concurrent_crashes_256(void) { sample_crash_on_threads(256); }
 
+// What the hostile kinds below do to a process comes once it has run a while: a C install makes
+// its files 20 ms after it returns (deferred_install.c), and these kinds test what those files
+// protect against.
+static void sample_run_a_while(void) {
+    struct timespec while_ = {0, 60 * 1000000};
+    nanosleep(&while_, NULL);
+}
+
 // The disk filled after install (a file beside the capture directory, until ENOSPC), then a
 // crash: the report goes into the space reserved at install.
 NOINLINE void sample_fill_disk_then_segv(void) {
+    sample_run_a_while();
     const char *directory = getenv("CRASHCAPTURE_DIR");
     if (directory == NULL) abort();
     char path[4096];
@@ -222,6 +231,7 @@ NOINLINE void sample_file_size_hard_then_segv(void) {
 
 // Every descriptor taken, then a crash: the report must still have its full stack.
 NOINLINE void sample_no_descriptors_then_segv(void) {
+    sample_run_a_while();
     while (open("/dev/null", O_RDONLY) >= 0) {}
     sample_null_read();
 }
@@ -229,6 +239,7 @@ NOINLINE void sample_no_descriptors_then_segv(void) {
 // The capture directory made read-only after install: the report can no longer be given a
 // name there. (Run as a user without CAP_DAC_OVERRIDE, or the mode does not bind.)
 NOINLINE void sample_directory_read_only_then_segv(void) {
+    sample_run_a_while();
     const char *directory = getenv("CRASHCAPTURE_DIR");
     if (directory == NULL || chmod(directory, 0500) != 0) abort();
     sample_null_read();
@@ -237,6 +248,7 @@ NOINLINE void sample_directory_read_only_then_segv(void) {
 // The process's crash file deleted from under it (a cleanup job, say), and the directory
 // made read-only: no file of its own can hold the report.
 NOINLINE void sample_crash_file_deleted_read_only_then_segv(void) {
+    sample_run_a_while();
     const char *directory = getenv("CRASHCAPTURE_DIR");
     DIR *entries = directory != NULL ? opendir(directory) : NULL;
     if (entries == NULL) abort();
@@ -254,6 +266,7 @@ NOINLINE void sample_crash_file_deleted_read_only_then_segv(void) {
 // numbers reused by pipes, one in two full (a write blocks) and the others empty (a read
 // blocks): the crash path must touch none of them, whatever it kept open at install.
 NOINLINE void sample_descriptors_reused_then_segv(void) {
+    sample_run_a_while();
     for (int fd = 3; fd < 256; fd++) close(fd);
     for (int i = 0; i < 16; i++) {
         int ends[2];
@@ -270,6 +283,7 @@ NOINLINE void sample_descriptors_reused_then_segv(void) {
 
 // The capture directory removed after install, everything in it first.
 NOINLINE void sample_directory_removed_then_segv(void) {
+    sample_run_a_while();
     const char *directory = getenv("CRASHCAPTURE_DIR");
     DIR *entries = directory != NULL ? opendir(directory) : NULL;
     if (entries == NULL) abort();
@@ -487,6 +501,7 @@ NOINLINE void sample_recurse_forever(void) {
 }
 
 void sample_wait_for_signal(void) {
+    sample_run_a_while();
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
     for (;;) pause();

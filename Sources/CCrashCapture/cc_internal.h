@@ -7,6 +7,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -178,7 +179,24 @@ typedef struct cc_state {
 
     cc_module_map *_Atomic module_map;
     cc_module_map *module_maps[2];
+
+    // The C install's second half (install/deferred_install.c): enum cc_install_rest, a futex
+    // word; and the word its thread sleeps on, which a crash, or a call that needs the files,
+    // sets to wake it at once.
+    _Atomic uint32_t install_rest;
+    _Atomic uint32_t install_rest_wake;
+    _Atomic pid_t install_rest_tid;  // the thread doing it while it runs
+    _Atomic pid_t install_rest_thread;  // the thread made for it, until it has ended
+    char executable_path[PATH_MAX];   // a C install's, for a module list made at a crash
 } cc_state;
+
+enum cc_install_rest {
+    CC_REST_NONE = 0,       // nothing deferred (the Swift SDK's install does it all at once)
+    CC_REST_PENDING = 1,    // its thread waits a few milliseconds before it starts
+    CC_REST_RUNNING = 2,
+    CC_REST_DONE = 3,
+    CC_REST_CANCELLED = 4,  // the process ended (or a crash came) first: never done
+};
 
 extern cc_state cc_global;
 
@@ -214,6 +232,8 @@ int cc_modules_capture(void);
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);
 int cc_open_session_file(bool named, const char **step);
+int cc_name_session(const char **step);
+int cc_create_crash_file(bool named, const char **step);
 void cc_after_fork_in_child(void);
 
 // signal_safe/termination_signal.c: the SIGTERM/SIGINT handler and the pipe it writes to.
@@ -242,6 +262,7 @@ enum {
     CC_STEP_KEPT_FILES,
     CC_STEP_RUNTIMES,
     CC_STEP_SIGNALS,
+    CC_STEP_REST_THREAD,  // a C install: starting the thread that does the rest
     CC_STEP_COUNT
 };
 void cc_step_done(int step);
@@ -365,11 +386,25 @@ int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_
 int cc_write_hang_end(const char *watch_name, uint32_t sequence, int64_t duration_ms, char *name_out,
                       size_t name_cap);
 
+// install/deferred_install.c: the rest of a C install, done off the caller's thread.
+int cc_install_rest_start(void);
+void cc_install_rest_finish(void);  // done now on the calling thread if still to do; never from the crash path
+void cc_install_rest_cancel(void);  // at the end of a session: never done, or waited for
+void cc_install_rest_prepare_fork(void);
+void cc_install_rest_after_fork(bool child);
+const char *cc_install_rest_problem(void);  // why the files could not be made, or NULL
+// install/install.c, for the rest
+bool cc_directory_is_over_bound(int dir_fd);
+void cc_detect_container(void);
+// signal_safe/crash_path.c: at a crash, wakes the rest and waits for it, at most `bound_ns`.
+void cc_install_rest_at_crash(int64_t bound_ns);
+
 // install/watchdog.c
 void cc_watchdog_stop(void);
 void cc_watchdog_after_fork_in_child(void);
 
 // install/threads.c
 void cc_threads_enable(bool enabled);
+int cc_create_own_thread(pthread_t *thread, const pthread_attr_t *attr, void *(*routine)(void *), void *argument);
 
 #endif

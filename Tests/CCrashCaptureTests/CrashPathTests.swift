@@ -269,6 +269,9 @@ import Testing
         environment["CRASHCAPTURE_DIR"] = directory
         let child = try ChildProcess(path: Paths.cSample, arguments: ["kill-from-outside"], environment: environment)
         #expect(child.waitForOutput("ready"))
+        // A C install makes its files a few milliseconds after it returns (deferred_install.c).
+        let deadline = Date().addingTimeInterval(5)
+        while crashFiles(in: directory).isEmpty && Date() < deadline { usleep(5000) }
         let live = crashFiles(in: directory)
         #expect(live.count == 1, "the live process's crash file")
         let file = try #require(live.first)

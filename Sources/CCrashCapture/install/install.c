@@ -32,7 +32,7 @@ static bool cc_valid_distinct_id(const char *id, size_t len);
 
 static const char *const cc_step_names[CC_STEP_COUNT] = {
     "configuration", "directory", "crash_path", "bound", "crash_file", "session_file",
-    "modules", "libunwind_load", "libunwind_first_step", "kept_files", "runtimes", "signals"};
+    "modules", "libunwind_load", "libunwind_first_step", "kept_files", "runtimes", "signals", "rest_thread"};
 static int64_t cc_step_ns[CC_STEP_COUNT];
 static int64_t cc_step_started_ns;
 
@@ -64,11 +64,15 @@ int cc_fail(const char *format, ...) {
     return -1;
 }
 
-const char *crashcapture_last_error(void) { return cc_last_error; }
+const char *crashcapture_last_error(void) {
+    const char *deferred = cc_install_rest_problem();
+    return cc_last_error[0] == '\0' && deferred != NULL ? deferred : cc_last_error;
+}
 
 int crashcapture_is_installed(void) { return atomic_load(&cc_global.installed); }
 
 const char *crashcapture_crash_file_path(void) {
+    cc_install_rest_finish();
     return atomic_load(&cc_global.installed) ? cc_global.file_path : NULL;
 }
 
@@ -98,7 +102,10 @@ int crashcapture_set_distinct_id(const char *distinct_id) {
 int64_t crashcapture_start_wall_ms(void) { return cc_global.start_wall_ms; }
 int64_t crashcapture_start_monotonic_ns(void) { return cc_global.start_mono_ns; }
 const char *crashcapture_static_properties_json(void) { return cc_global.static_props; }
-int crashcapture_has_libunwind(void) { return cc_global.unw_init_local2 != NULL; }
+int crashcapture_has_libunwind(void) {
+    cc_install_rest_finish();
+    return cc_global.unw_init_local2 != NULL;
+}
 
 // MARK: - Directory and identity
 
@@ -210,7 +217,7 @@ static bool cc_is_ours(const struct sigaction *sa) {
 static void cc_install_thread_signal(void);
 
 // Whether we run in a container, and which kind, by the marks each runtime leaves.
-static void cc_detect_container(void) {
+void cc_detect_container(void) {
     const char *kind = "none";
     char text[4096];
     if (getenv("KUBERNETES_SERVICE_HOST") != NULL) {
@@ -307,6 +314,8 @@ void crashcapture_end_session(void) {
     if (!atomic_load(&cc_global.installed) || atomic_load(&cc_global.session_ended)) return;
     // A thread that reached exit() while another reports a crash: the crash file is the report.
     if (crashcapture_crash_in_progress()) return;
+    // A session that ends before its files were made never makes them.
+    cc_install_rest_cancel();
     // From here on a crash (in a later atexit handler, say) is still reported, without a
     // second $AppEnd: the normal one was already tracked.
     atomic_store(&cc_global.session_ended, 1);
@@ -323,7 +332,12 @@ static void cc_at_exit(void) { crashcapture_end_session(); }
 
 // MARK: - Public
 
+static void cc_before_fork(void) { cc_install_rest_prepare_fork(); }
+
+static void cc_after_fork_in_parent(void) { cc_install_rest_after_fork(false); }
+
 static void cc_after_fork(void) {
+    cc_install_rest_after_fork(true);
     cc_session_file_detach_in_child();
     cc_after_fork_in_child();
     cc_watchdog_after_fork_in_child();
@@ -334,7 +348,7 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
 // Whether the directory already holds as many crash files, or crash and session bytes, as
 // it may: a program that crashes at every start, with nobody replaying, must not fill the disk.
 // Counted once at install, where listing a directory costs nothing that matters.
-static bool cc_directory_over_bound(int dir_fd) {
+bool cc_directory_is_over_bound(int dir_fd) {
     // A descriptor of its own: a dup would share dir_fd's position, which later listings start from.
     int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (listing < 0) return false;
@@ -463,12 +477,31 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     const char *freeze = getenv("CRASHCAPTURE_FREEZE");
     cc_global.freeze_by_signal_only = freeze != NULL && strcmp(freeze, "signal") == 0;
     cc_step_done(CC_STEP_DIRECTORY);
-    cc_crash_path_prepare();
-    cc_detect_container();
+    // The buffers' pages and the CRC tables spare a crash page faults and time; a crash before
+    // they are ready does without (a C install prepares them with its rest).
+    if (sdk) cc_crash_path_prepare();
     cc_step_done(CC_STEP_CRASH_PATH);
     cc_global.maximum_crash_files = config->maximum_crash_files != 0 ? config->maximum_crash_files : 64;
     cc_global.maximum_crash_bytes = config->maximum_crash_bytes != 0 ? config->maximum_crash_bytes : (size_t)256 << 20;
-    cc_global.over_bound = cc_directory_over_bound(dir_fd);
+    if (!sdk) {
+        // A C install: the session is named here, and its files and the rest are made off
+        // this thread (deferred_install.c) once the handlers are in place.
+        const char *step;
+        int err = cc_name_session(&step);
+        // The program's own path, for a crash before the module list is made: the loader's list
+        // names it "".
+        ssize_t length = readlink("/proc/self/exe", cc_global.executable_path, sizeof(cc_global.executable_path) - 1);
+        cc_global.executable_path[length > 0 ? length : 0] = '\0';
+        if (err != 0) {
+            result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
+            close(dir_fd);
+            cc_global.dir_fd = -1;
+            goto done;
+        }
+        goto handlers;
+    }
+    cc_detect_container();
+    cc_global.over_bound = cc_directory_is_over_bound(dir_fd);
     cc_step_done(CC_STEP_BOUND);
     const char *step;
     int err = cc_open_session_file(true, &step);
@@ -496,6 +529,9 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_step_done(CC_STEP_LIBUNWIND_FIRST_STEP);
     cc_process_state_keep_files();
     cc_step_done(CC_STEP_KEPT_FILES);
+handlers:
+    // On this thread in either install: an uncaught C++ exception in the program's first
+    // milliseconds must still find our terminate handler, which records its type.
     cc_hook_runtimes();
     crashcapture_install_thread_stack();
     cc_threads_enable(true);
@@ -511,9 +547,11 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     if (!cc_hooks_registered) {
         cc_hooks_registered = true;
         atexit(cc_at_exit);
-        pthread_atfork(NULL, NULL, cc_after_fork);
+        pthread_atfork(cc_before_fork, cc_after_fork_in_parent, cc_after_fork);
     }
     cc_step_done(CC_STEP_SIGNALS);
+    if (!sdk) cc_install_rest_start();
+    cc_step_done(CC_STEP_REST_THREAD);
 done:
     pthread_mutex_unlock(&cc_install_lock);
     return result;
@@ -522,6 +560,7 @@ done:
 void crashcapture_uninstall(void) {
     pthread_mutex_lock(&cc_install_lock);
     if (atomic_load(&cc_global.installed)) {
+        cc_install_rest_cancel();
         cc_watchdog_stop();
         cc_restore_signal_handlers();
         cc_unhook_runtimes();

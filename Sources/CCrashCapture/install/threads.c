@@ -85,6 +85,14 @@ static cc_pthread_create_fn cc_real_pthread_create(void) {
     return fn;
 }
 
+// A thread of our own, made without the wrapper: it needs no alternate stack, and freeing the
+// wrapper's note in a new thread would make glibc set up a malloc arena for it (a 64 MiB
+// mapping) before it has anything to do.
+int cc_create_own_thread(pthread_t *thread, const pthread_attr_t *attr, void *(*routine)(void *), void *argument) {
+    cc_pthread_create_fn real = cc_real_pthread_create();
+    return real != NULL ? real(thread, attr, routine, argument) : EAGAIN;
+}
+
 CRASHCAPTURE_API int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*routine)(void *), void *argument) {
     cc_pthread_create_fn real = cc_real_pthread_create();
     if (real == NULL) return EAGAIN;

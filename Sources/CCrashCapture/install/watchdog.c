@@ -216,6 +216,7 @@ static void *cc_watchdog_main(void *unused) {
 }
 
 crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms) {
+    cc_install_rest_finish();  // a hang report needs the module list and libunwind
     if (!atomic_load(&cc_global.installed)) return &cc_inert_watch;
     if (threshold_ms < CC_WATCH_MIN_THRESHOLD_MS) threshold_ms = CC_WATCH_MIN_THRESHOLD_MS;
     if (threshold_ms > CC_WATCH_MAX_THRESHOLD_MS) threshold_ms = CC_WATCH_MAX_THRESHOLD_MS;

@@ -21,6 +21,7 @@ static bool cc_valid_event_name(const char *name) {
 }
 
 int crashcapture_track(const char *event, const crashcapture_property *properties, size_t count) {
+    cc_install_rest_finish();  // the journal is in the session file
     if (!atomic_load(&cc_global.installed)) return cc_fail("not installed");
     if (!cc_valid_event_name(event))
         return cc_fail("event name must match [A-Za-z_][A-Za-z0-9_]*, at most 100 bytes, not a reserved name");

@@ -443,6 +443,7 @@ crashcapture_journal *cc_session_journal_for_events(void) {
 }
 
 void crashcapture_session_alive(void) {
+    cc_install_rest_finish();
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_WALL_MS), (uint64_t)cc_wall_ms(), memory_order_relaxed);
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_MONO_NS), (uint64_t)cc_monotonic_ns(), memory_order_relaxed);

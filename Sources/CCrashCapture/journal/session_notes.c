@@ -65,6 +65,7 @@ static int cc_write_context_locked(void) {
 }
 
 int crashcapture_set_context_json(const char *key, const char *value_json) {
+    cc_install_rest_finish();  // the notes are in the session file
     if (key == NULL || !cc_valid_key(key))
         return cc_fail("context key must be 1 to 100 bytes of [A-Za-z0-9_], not starting with a digit or $");
     if (cc_session_notes() == NULL) return cc_fail("not installed");
@@ -127,6 +128,7 @@ int crashcapture_set_context(const char *key, const char *value) {
 }
 
 int crashcapture_add_breadcrumb(const char *message) {
+    cc_install_rest_finish();  // the notes are in the session file
     char *notes = cc_session_notes();
     if (notes == NULL || message == NULL) return cc_fail("not installed");
     uint64_t sequence = atomic_fetch_add(&cc_breadcrumb_sequence, 1) + 1;

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <linux/futex.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,8 @@ static volatile sig_atomic_t cc_thread_unwind_armed;
 static volatile sig_atomic_t cc_fault_on_purpose;
 
 static char cc_record[CC_RECORD_CAPACITY];
+// How long a crash waits for a C install's rest (its thread loads libunwind and makes the files).
+#define CC_REST_AT_CRASH_NS (200 * 1000000LL)
 
 // The thread taking a hang's snapshot (hang_report.c) while it uses the threads' machinery and
 // the buffers above: a crash on another thread waits for it; a fault of its own while
@@ -223,6 +226,7 @@ static size_t cc_build_report(char *out, size_t cap, const cc_crash *c) {
 }
 
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
+    cc_install_rest_at_crash(CC_REST_AT_CRASH_NS);
     cc_found.crash_signal = signo;
     cc_found.crash_code = info != NULL ? info->si_code : 0;
     // The process-state files kept since install are read first, then every reserved
@@ -283,6 +287,38 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     if (lifted) setrlimit(RLIMIT_FSIZE, &fsize);
     cc_write_crash_line(&c);
     // The other threads stay frozen: cc_chain lets go of them only for a handler of the app's.
+}
+
+// MARK: - An install's rest
+
+// A C install leaves its files, libunwind and the module list to a thread of ours, which waits
+// a few milliseconds first (deferred_install.c). A crash before then wakes it and waits for it:
+// the thread runs outside any handler, so it may load libunwind. Past the bound (a thread
+// stuck on a lock the crashing thread holds), the report does without: a crash file made now,
+// a frame-pointer walk, the modules found through the loader's list.
+void cc_install_rest_at_crash(int64_t bound_ns) {
+    uint32_t state = atomic_load(&cc_global.install_rest);
+    if (state != CC_REST_PENDING && state != CC_REST_RUNNING) return;
+    if (atomic_load(&cc_global.install_rest_tid) == cc_gettid()) return;  // the crash is in the rest itself
+    atomic_store(&cc_global.install_rest_wake, 1);
+    syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    int64_t until = cc_monotonic_ns() + bound_ns;
+    for (;;) {
+        state = atomic_load(&cc_global.install_rest);
+        int64_t left = until - cc_monotonic_ns();
+        if (state == CC_REST_DONE || state == CC_REST_CANCELLED || left <= 0) break;
+        struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+        syscall(SYS_futex, &cc_global.install_rest, FUTEX_WAIT_PRIVATE, state, &wait, NULL, 0);
+    }
+    uint32_t pending = CC_REST_PENDING;
+    atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    // Its thread ends right after: waited for (5 ms at most), so that the report lists the
+    // program's threads only, and a single-threaded program's crash freezes nothing.
+    pid_t thread = atomic_load(&cc_global.install_rest_thread);
+    if (thread <= 0 || atomic_load(&cc_global.install_rest) != CC_REST_DONE) return;
+    struct timespec tick = {0, 50 * 1000};
+    pid_t pid = getpid();
+    for (int waited = 0; waited < 100 && syscall(SYS_tgkill, pid, thread, 0) == 0; waited++) nanosleep(&tick, NULL);
 }
 
 // MARK: - A hang's snapshot

@@ -74,6 +74,13 @@ static const char cc_zeros[4096];
 // (never snprintf) and returns 0 or an errno value, with *step naming what failed; the
 // caller turns that into a message when it is allowed to.
 int cc_open_session_file(bool named, const char **step) {
+    int err = cc_name_session(step);
+    return err != 0 ? err : cc_create_crash_file(named, step);
+}
+
+// A new session's id, start, file names and session record, with no file made yet: the C
+// install does this on the caller's thread and leaves the files for later (deferred_install.c).
+int cc_name_session(const char **step) {
     *step = "getrandom";
     if (cc_random_hex(cc_global.session_id, 16) != 0) return errno != 0 ? errno : EIO;
     cc_global.start_wall_ms = cc_wall_ms();
@@ -90,6 +97,12 @@ int cc_open_session_file(bool named, const char **step) {
     cc_global.file_path[path.len] = '\0';
     *step = "building the crash file path";
     if (name.overflow || path.overflow) return ENAMETOOLONG;
+    *step = "writing the session record";
+    return cc_build_session_record() ? 0 : EOVERFLOW;
+}
+
+// The crash file of the session named by cc_name_session, its space reserved.
+int cc_create_crash_file(bool named, const char **step) {
     *step = "creating the crash file";
     // Named from install on, locked so that a replaying process knows it belongs to a live
     // session, and removed at exit: a crash then only writes and flushes it, with no name to
@@ -140,9 +153,7 @@ int cc_open_session_file(bool named, const char **step) {
     int err = reserve < 4096 ? EFBIG : posix_fallocate(fd, 0, (off_t)reserve);
     if (err == 0) {
         *step = "writing the session record";
-        err = !cc_build_session_record() ? EOVERFLOW
-              : cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0 ? errno
-                                                                                               : 0;
+        err = cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0 ? errno : 0;
     }
     // posix_fallocate leaves unwritten extents, which a crash's flush would have to convert
     // (an inode write besides the data). Zeros written now reach the disk within the kernel's

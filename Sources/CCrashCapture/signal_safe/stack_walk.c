@@ -251,7 +251,10 @@ void cc_scan_late_modules(const cc_module_map *map) {
         m->range.start = lo;
         m->range.end = hi;
         m->range.load_bias = l->l_addr;
-        m->path = l->l_name;
+        // The program itself is "" in the loader's list.
+        m->path = l->l_name != NULL && l->l_name[0] == '\0' && cc_global.executable_path[0] != '\0'
+                      ? cc_global.executable_path
+                      : l->l_name;
         if (!cc_read_build_id(l->l_addr, ph, eh->e_phnum, m->build_id, sizeof(m->build_id))) m->build_id[0] = '\0';
         cc_found.late_module_count = cc_found.late_module_count + 1;
     }
