@@ -333,7 +333,7 @@ func allKinds() -> [String] {
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue",
+            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -400,6 +400,15 @@ func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: I
         // RunLoop, not dispatchMain(): on Linux dispatchMain() ends the main thread and the main
         // queue runs on whichever worker is free, so no one thread is the queue's.
         RunLoop.main.run()
+    case "hang-watch-reuse":
+        // A watch stopped, then released after another took its slot: the other stays watched.
+        var first: HangWatch? = CrashCapture.watch(name: "first", threshold: threshold)
+        first?.stop()
+        let second = CrashCapture.watch(name: "second", threshold: threshold)
+        first = nil
+        usleep(useconds_t(4 * thresholdMilliseconds * 1000))
+        withExtendedLifetime(second) {}
+        CrashCapture.flush()
     case "hang-continuation":
         let watch = CrashCapture.watch(name: "main", threshold: threshold)
         for _ in 0..<10 {

@@ -178,6 +178,18 @@ import Testing
         #expect(events.contains { $0["event"] as? String == "$AppHangEnd" })
     }
 
+    /// A watch stopped and then released after a new watch took its slot: the new one is still
+    /// checked (the release does not stop it a second time), and its hang is reported.
+    @Test func aWatchStoppedTwiceLeavesItsSuccessorWatched() throws {
+        let directory = makeTemporaryDirectory("hang-reuse")
+        let result = try run(
+            Paths.swiftSample, ["hang-watch-reuse"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_THRESHOLD_MS": "200"], timeout: 60)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let hangs = try storedEvents(directory).filter { $0["event"] as? String == "$AppHang" }
+        #expect(hangs.map { HangTests().properties($0)["hang_watch"] as? String } == ["second"], "\(result.stderr)")
+    }
+
     /// Sync-over-async: the main thread waits for a task that awaits a continuation nobody
     /// resumes. The report, imported by the live process before the kill, shows the main thread
     /// in the app's function that waits.

@@ -187,7 +187,7 @@ CRASHCAPTURE_API crashcapture_watch *crashcapture_watch_start(const char *name, 
 /// 1 when the watchdog checks the watch, 0 for one that nothing checks.
 CRASHCAPTURE_API int crashcapture_watch_is_checked(const crashcapture_watch *watch);
 
-/// The watch is no longer checked; its memory is reused by a later watch.
+/// The watch is no longer checked; its memory is reused by a later watch, so stop it once.
 CRASHCAPTURE_API void crashcapture_watch_stop(crashcapture_watch *watch);
 
 /// Progress, in a few nanoseconds: the kernel's coarse clock (read in user space, through the

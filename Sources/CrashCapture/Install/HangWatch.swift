@@ -3,6 +3,7 @@ internal import CrashFileFormat
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import Synchronization
 
 #if canImport(Glibc)
     internal import Glibc
@@ -19,7 +20,8 @@ internal import Logging
 /// Dropping the last reference stops the watch.
 public final class HangWatch: @unchecked Sendable {
     // @unchecked: `handle` points into the C library's table of watches, which lives as long as
-    // the process, and a beat is one atomic store there; `onStop` is set once, at init.
+    // the process, and a beat is one atomic store there; `onStop` is set once, at init, and run
+    // once, behind `stopped`.
     /// The name given; it names the watch in the report (`hang_watch`).
     public let name: String
     /// How long the watched code may go without a beat before it counts as hung.
@@ -29,6 +31,9 @@ public final class HangWatch: @unchecked Sendable {
     public let isActive: Bool
     @usableFromInline let handle: UnsafeMutablePointer<crashcapture_watch>
     private let onStop: (() -> Void)?
+    /// Once stopped, the C library may give the watch's slot to another watch: a second stop
+    /// (an explicit one, then the release) must not stop that one.
+    private let stopped = Atomic<Bool>(false)
 
     init(name: String, threshold: Duration, onStop: (() -> Void)? = nil) {
         self.name = name
@@ -41,6 +46,7 @@ public final class HangWatch: @unchecked Sendable {
 
     /// No longer checked. Also done when the watch is released.
     public func stop() {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         onStop?()
         crashcapture_watch_stop(handle)
     }
