@@ -311,12 +311,12 @@ func runSwiftKind(_ name: String) -> Bool {
     case "swift-null-read": _ = crashSwiftNullRead()
     case "swift-stack-overflow": _ = crashSwiftRecursion(0)
     case "swift-async-other-task":
-        Task.detached { _ = await spinLevel1() }
+        Task.detached(name: "spinner") { _ = await spinLevel1() }
         usleep(200_000)
         _ = crashSwiftNullRead()
     case "swift-async-deep":
         let done = DispatchSemaphore(value: 0)
-        Task.detached {
+        Task.detached(name: "checkout-flow") {
             _ = await asyncLevel1()
             done.signal()
         }
@@ -333,7 +333,7 @@ func allKinds() -> [String] {
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse",
+            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse", "hang-in-task",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -346,6 +346,18 @@ func allKinds() -> [String] {
 /// A request handler that makes a synchronous call on its event loop: the hang a watch catches.
 @inline(never) @_optimize(none) func handleRequestBlockingInSleep(milliseconds: Int) {
     usleep(useconds_t(milliseconds * 1000))
+}
+
+/// A task's work that makes a synchronous call two async calls deep: the thread running the
+/// task is what hangs, and its report carries the task's [async] callers and name.
+@inline(never) func ingestLevel2(milliseconds: Int) async -> Int {
+    handleRequestBlockingInSleep(milliseconds: milliseconds)
+    return opaque(milliseconds)
+}
+
+@inline(never) func ingestLevel1(milliseconds: Int) async -> Int {
+    let result = await ingestLevel2(milliseconds: milliseconds)
+    return opaque(result) + 1
 }
 
 /// Work on the main queue that takes too long.
@@ -400,6 +412,24 @@ func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: I
         // RunLoop, not dispatchMain(): on Linux dispatchMain() ends the main thread and the main
         // queue runs on whichever worker is free, so no one thread is the queue's.
         RunLoop.main.run()
+    case "hang-in-task":
+        let done = DispatchSemaphore(value: 0)
+        Task.detached(name: "ingest-loop") {
+            let watch = CrashCapture.watch(name: "ingest", threshold: threshold)
+            for _ in 0..<10 {
+                watch.beat()
+                usleep(10_000)
+            }
+            _ = await ingestLevel1(milliseconds: hangMilliseconds)
+            for _ in 0..<(3 * thresholdMilliseconds / 10) {
+                watch.beat()
+                usleep(10_000)
+            }
+            watch.stop()
+            done.signal()
+        }
+        done.wait()
+        CrashCapture.flush()
     case "hang-watch-reuse":
         // A watch stopped, then released after another took its slot: the other stays watched.
         var first: HangWatch? = CrashCapture.watch(name: "first", threshold: threshold)

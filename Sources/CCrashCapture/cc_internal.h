@@ -188,6 +188,10 @@ typedef struct cc_state {
     _Atomic pid_t install_rest_tid;  // the thread doing it while it runs
     _Atomic pid_t install_rest_thread;  // the thread made for it, until it has ended
     char executable_path[PATH_MAX];   // a C install's, for a module list made at a crash
+    // The Swift runtime's task metadata (0: no Swift concurrency, or a layout we do not know)
+    // and its swift_task_getCurrent, for the names of tasks (cc_find_swift_task_layout).
+    _Atomic uintptr_t swift_task_metadata;
+    uintptr_t (*swift_task_current)(void);
 } cc_state;
 
 enum cc_install_rest {
@@ -228,6 +232,7 @@ bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char
 
 // install/modules.c
 int cc_modules_capture(void);
+void cc_find_swift_task_layout(void);
 
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);
@@ -312,7 +317,8 @@ typedef struct cc_thread_slot {
     volatile size_t frame_count;
     ucontext_t context;
     uintptr_t frames[CC_THREAD_FRAMES];
-    // Its task's [async] callers, when it runs one (cc_walk_async_chain).
+    // Its task's [async] callers, when it runs one (cc_walk_async_chain), and the task's name.
+    char task_name[64];
     volatile size_t async_frame_count;
     volatile uintptr_t async_owner;
     uintptr_t async_frames[CC_THREAD_ASYNC_FRAMES];

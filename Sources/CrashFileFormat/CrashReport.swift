@@ -43,6 +43,8 @@ public struct CrashReport: @unchecked Sendable {
         /// Its task's [async] callers when it ran one (see `CrashReport.asyncFrames`).
         public var asyncFrames: [Frame] = []
         public var asyncOwner: Frame? = nil
+        /// The name of the Swift task it ran, when one was given (`Task(name:)`).
+        public var taskName: String? = nil
     }
 
     /// Bytes read at the crash where they were readable: the top of the crashing thread's
@@ -124,6 +126,7 @@ public struct CrashReport: @unchecked Sendable {
             asyncOwner = Self.decodeFrames(["frames": [owner]]).first
         }
         modules = Self.decodeModules(details)
+        taskName = details["task_name"] as? String
         threads = Self.decodeThreads(details, frames: frames, modules: modules)
         threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
         threadsFrozenBy = details["threads_frozen_by"] as? String
@@ -183,6 +186,8 @@ public struct CrashReport: @unchecked Sendable {
     /// A pc of the function whose frame held the first async context: the chain is the task's
     /// only when that function is async (the symbolicator decides).
     public private(set) var asyncOwner: Frame?
+    /// The name of the crashing thread's Swift task, when one was given (`Task(name:)`).
+    public private(set) var taskName: String?
     public private(set) var modules: [Module] = []
     /// Every thread listed, the crashing one first; empty in reports of older versions.
     public private(set) var threads: [Thread] = []
@@ -234,7 +239,8 @@ public struct CrashReport: @unchecked Sendable {
                     hex($0)
                 }
                 .map(frame),
-                asyncOwner: hex(thread["async_owner"]).map(frame))
+                asyncOwner: hex(thread["async_owner"]).map(frame),
+                taskName: thread["task_name"] as? String)
         }
     }
 

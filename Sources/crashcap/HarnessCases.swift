@@ -28,6 +28,8 @@ struct HarnessCase: Sendable {
         var frame: String? = nil
         /// Functions that must be among the report's [async] callers, in this order.
         var asyncCallers: [String] = []
+        /// The name the crashing task was given (`Task(name:)`), as the report must carry it.
+        var taskName: String? = nil
         /// A substring of the module path of one of the first `topFrames` frames.
         var library: String? = nil
         var topFrames = 8
@@ -240,7 +242,7 @@ enum HarnessMatrix {
                 program: .swiftSample, kind: "swift-async-deep",
                 expect: .init(
                     signal: SIGSEGV, code: "SEGV_MAPERR", frame: "crashSwiftNullRead",
-                    asyncCallers: ["asyncLevel2", "asyncLevel1"])),
+                    asyncCallers: ["asyncLevel2", "asyncLevel1"], taskName: "checkout-flow")),
         ]
         for context in ["main", "pthread", "dispatch", "thread", "task"] {
             cases.append(

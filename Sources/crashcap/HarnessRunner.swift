@@ -461,6 +461,9 @@ struct HarnessRunner {
                 remaining = remaining[(at + 1)...]
             }
         }
+        if let name = expect.taskName, report.taskName != name {
+            problems.append("the task's name is \(report.taskName ?? "missing"), expected \(name)")
+        }
         if let library = expect.library {
             if let path = modulePaths.first(where: { $0.contains(library) }) {
                 result.topFrame = (path as NSString).lastPathComponent

@@ -170,6 +170,7 @@ enum ReportRendering {
                 indent: "  ", shownModules: &shownModules)
             let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: hung, in: report)
             if !asyncSymbols.isEmpty {
+                if let task = hung.taskName { lines.append("  task \"\(task)\"") }
                 lines += asyncFrameLines(
                     hung.asyncFrames, symbols: asyncSymbols, options: options, style: style, indent: "  ")
             }
@@ -198,7 +199,8 @@ enum ReportRendering {
     ) -> [String] {
         let symbols = symbolicator.symbolicateAsyncFrames(of: report)
         guard !symbols.isEmpty else { return [] }
-        return [style.bold("async callers") + ":"]
+        let task = report.taskName.map { " (task \"\($0)\")" } ?? ""
+        return [style.bold("async callers") + task + ":"]
             + asyncFrameLines(report.asyncFrames, symbols: symbols, options: options, style: style, indent: "  ")
     }
 
@@ -435,6 +437,7 @@ enum ReportRendering {
                 hidingSystem: !options.allFrames, style: style, indent: "    ", shownModules: &shownModules)
             let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: first, in: report)
             if !asyncSymbols.isEmpty {
+                if let task = first.taskName { lines.append("    task \"\(task)\"") }
                 lines += asyncFrameLines(
                     first.asyncFrames, symbols: asyncSymbols, options: options, style: style, indent: "    ")
             }

@@ -217,7 +217,8 @@ import Testing
 
     @Test func aCrashThreeAsyncCallsDeepNamesItsAsyncCallers() throws {
         let (directory, text) = try crashAndShow("swift-async-deep")
-        let section = text.stdout.components(separatedBy: "async callers:\n").dropFirst().first ?? ""
+        let section =
+            text.stdout.components(separatedBy: "async callers (task \"checkout-flow\"):\n").dropFirst().first ?? ""
         let asyncLines = section.split(separator: "\n").prefix { $0.hasPrefix("  ") }
         #expect(
             asyncLines.first?.contains("[async]") == true && asyncLines.first?.contains("asyncLevel2()") == true,
@@ -234,6 +235,7 @@ import Testing
             names.prefix(2).map { $0.contains("asyncLevel2") || $0.contains("asyncLevel1") } == [true, true], "\(names)"
         )
         #expect(crash["async_owner"] == nil)
+        #expect(crash["task_name"] as? String == "checkout-flow", "Task(name:) in the event")
     }
 
     /// Another thread runs a task three async calls deep (blocked in the kernel inside it) when
@@ -244,6 +246,7 @@ import Testing
         let asyncLines = threads.split(separator: "\n").filter { $0.contains("[async]") }
         #expect(asyncLines.first?.contains("spinLevel2()") == true, "\(text.stdout)")
         #expect(asyncLines.dropFirst().first?.contains("spinLevel1()") == true, "\(text.stdout)")
+        #expect(threads.contains("    task \"spinner\""), "the other thread's task, by its name: \(text.stdout)")
         #expect(!text.stdout.contains("async callers:"), "the crashing thread runs no task")
     }
 

@@ -178,6 +178,26 @@ import Testing
         #expect(events.contains { $0["event"] as? String == "$AppHangEnd" })
     }
 
+    /// A hang inside a named Swift task, two async calls deep: the hung thread carries the task's
+    /// name and its [async] callers, named.
+    @Test func aHangInsideANamedTaskShowsTheTaskAndItsAsyncCallers() throws {
+        let directory = makeTemporaryDirectory("hang-task-name")
+        let result = try run(
+            Paths.swiftSample, ["hang-in-task"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_MS": "800", "CRASH_SAMPLE_HANG_THRESHOLD_MS": "200",
+            ], timeout: 60)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let hang = try #require(
+            try storedEvents(directory).first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
+        let threads = try #require((hang["hang"] as? [String: Any])?["threads"] as? [[String: Any]])
+        let hung = try #require(threads.first { $0["hung"] as? Bool == true })
+        #expect(hung["task_name"] as? String == "ingest-loop", "\(hung)")
+        let callers = (hung["async_frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+        #expect(callers.contains { $0.contains("ingestLevel1") }, "\(callers)")
+        #expect(HangTests().functions(hung).contains { $0.contains("ingestLevel2") }, "\(HangTests().functions(hung))")
+    }
+
     /// A watch stopped and then released after a new watch took its slot: the new one is still
     /// checked (the release does not stop it a second time), and its hang is reported.
     @Test func aWatchStoppedTwiceLeavesItsSuccessorWatched() throws {

@@ -2,6 +2,7 @@
 // a frame can be written as module + offset in the handler and symbolicated later.
 // Built at install (and on refresh) into the spare of two maps, then published with one
 // atomic store, so a crash during a refresh still sees a whole map.
+#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -70,6 +71,18 @@ static int cc_add_module(struct dl_phdr_info *info, size_t size, void *context) 
     return 0;
 }
 
+// Where a Swift task's name is, for a report's [async] callers: the runtime exports, for
+// debuggers, its tasks' metadata and the version of the layout their fields follow. Only the
+// layout read here (version 1: the job flags 32 bytes in, the innermost status record 104 bytes
+// in, a name record of kind 6 with its text 16 bytes in) is trusted; another leaves names out.
+void cc_find_swift_task_layout(void) {
+    const unsigned *version = dlsym(RTLD_DEFAULT, "_swift_concurrency_debug_internal_layout_version");
+    void *const *metadata = dlsym(RTLD_DEFAULT, "_swift_concurrency_debug_asyncTaskMetadata");
+    if (version == NULL || metadata == NULL || *version != 1 || sizeof(void *) != 8) return;
+    cc_global.swift_task_current = (uintptr_t(*)(void))dlsym(RTLD_DEFAULT, "swift_task_getCurrent");
+    atomic_store(&cc_global.swift_task_metadata, (uintptr_t)*metadata);
+}
+
 int cc_modules_capture(void) {
     pthread_mutex_lock(&cc_modules_lock);
     if (cc_global.module_maps[0] == NULL) {
@@ -94,6 +107,7 @@ int cc_modules_capture(void) {
     scan.exe_path[n > 0 ? n : 0] = '\0';
     dl_iterate_phdr(cc_add_module, &scan);
     spare->json_len = scan.json.len;
+    if (spare->concurrency_end != 0) cc_find_swift_task_layout();
     atomic_store_explicit(&cc_global.module_map, spare, memory_order_release);
     pthread_mutex_unlock(&cc_modules_lock);
     return 0;

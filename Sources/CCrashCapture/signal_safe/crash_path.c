@@ -107,6 +107,10 @@ static void cc_unwind(ucontext_t *uc) {
     cc_registers r = cc_registers_from(uc);
     cc_walk_async_chain(r.pc, r.fp, r.sp, cc_found.async_frames, CC_MAX_ASYNC_FRAMES, &cc_found.async_frame_count,
                         &cc_found.async_owner);
+    if (cc_found.async_frame_count > 0) {
+        uintptr_t task = cc_global.swift_task_current != NULL ? cc_global.swift_task_current() : cc_task_on_stack(r.sp);
+        cc_task_name(task, cc_found.task_name, sizeof(cc_found.task_name));
+    }
 }
 
 // Whether a stack runs a Swift task: a frame in libswift_Concurrency (swift_job_run). Only
@@ -137,6 +141,7 @@ static bool cc_unwind_other_threads(void) {
                 cc_registers r = cc_registers_from(&slot->context);
                 cc_walk_async_chain(r.pc, r.fp, r.sp, slot->async_frames, CC_THREAD_ASYNC_FRAMES,
                                     &slot->async_frame_count, &slot->async_owner);
+                cc_task_name(cc_task_on_stack(r.sp), slot->task_name, sizeof(slot->task_name));
             }
             if (cc_after_thread_unwound != NULL) cc_after_thread_unwound(slot);
             cc_thread_unwind_armed = 0;
@@ -174,6 +179,7 @@ static unsigned cc_run_stages(ucontext_t *uc, const cc_module_map *map) {
     // volatile: both live across siglongjmp back into this frame.
     volatile unsigned faulted = 0;
     cc_found.thread_name[0] = cc_found.swift_message[0] = cc_found.exception_type[0] = cc_found.exception_what[0] = '\0';
+    cc_found.task_name[0] = '\0';
     for (volatile int stage = 0; stage < CC_STAGE_COUNT; stage++) {
         if (sigsetjmp(cc_stage_jump, 1) == 0) {
             cc_stage_armed = 1;

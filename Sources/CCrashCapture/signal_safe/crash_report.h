@@ -43,6 +43,7 @@ typedef struct cc_findings {
     uintptr_t async_frames[CC_MAX_ASYNC_FRAMES];
     volatile size_t async_frame_count;
     volatile uintptr_t async_owner;  // a pc in the function whose frame held the first context
+    char task_name[128];             // the task's name, when it was given one (Task(name:))
     volatile int used_libunwind;
     cc_late_module late_modules[CC_MAX_LATE_MODULES];
     volatile size_t late_module_count;
@@ -77,6 +78,11 @@ void cc_recover_bad_call(const ucontext_t *uc);
 // innermost first, into `frames`, and a pc of the function that held it into `owner`.
 void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *frames, size_t max,
                          volatile size_t *count, volatile uintptr_t *owner);
+
+// The running Swift task a stopped thread's stack points to (0: none found), and a task's name
+// (Task(name:)) into out; both read our memory without risking a fault.
+uintptr_t cc_task_on_stack(uintptr_t sp);
+bool cc_task_name(uintptr_t task, char *out, size_t cap);
 
 // MARK: report_events.c
 

@@ -254,6 +254,10 @@ void cc_append_other_threads(cc_buf *b, size_t limit, pid_t hung_tid, int *liste
             cc_buf_append_quoted_hex(b, slot->frames[f]);
         }
         cc_buf_append_str(b, "]");
+        if (slot->task_name[0] != '\0') {
+            cc_buf_append_str(b, ",\"task_name\":");
+            cc_buf_append_json_string(b, slot->task_name, sizeof(slot->task_name));
+        }
         if (slot->async_frame_count > 0) {
             cc_buf_append_str(b, ",\"async_owner\":");
             cc_buf_append_quoted_hex(b, slot->async_owner);
@@ -353,6 +357,10 @@ static void cc_append_crash_details(cc_buf *b, const cc_crash *c) {
     }
     cc_buf_append_str(b, "],\"frames_truncated\":");
     cc_buf_append_str(b, written < cc_found.frame_count || cc_found.frame_count == CC_MAX_FRAMES ? "true" : "false");
+    if (cc_found.task_name[0] != '\0') {
+        cc_buf_append_str(b, ",\"task_name\":");
+        cc_buf_append_json_string(b, cc_found.task_name, sizeof(cc_found.task_name));
+    }
     if (cc_found.async_frame_count > 0) {
         cc_buf_append_str(b, ",\"async_owner\":");
         cc_append_frame(b, c, cc_found.async_owner);

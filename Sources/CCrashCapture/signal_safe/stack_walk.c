@@ -259,3 +259,65 @@ void cc_scan_late_modules(const cc_module_map *map) {
         cc_found.late_module_count = cc_found.late_module_count + 1;
     }
 }
+
+// MARK: - The name of a Swift task
+
+// Reads up to n bytes of our own memory at `address` without risking a fault: process_vm_readv
+// on ourselves stops where the memory does. The bytes read.
+static size_t cc_read_own(void *out, uintptr_t address, size_t n) {
+    struct iovec local = {out, n}, remote = {(void *)address, n};
+    long got = syscall(SYS_process_vm_readv, getpid(), &local, 1L, &remote, 1L, 0L);
+    return got > 0 ? (size_t)got : 0;
+}
+
+// The task layout of cc_find_swift_task_layout (version 1, 64-bit).
+#define CC_TASK_JOB_FLAGS 32
+#define CC_TASK_HAS_NAME (1u << 30)
+#define CC_TASK_STATUS_FLAGS 96
+#define CC_TASK_STATUS_RUNNING 0x800u
+#define CC_TASK_INNERMOST_RECORD 104
+#define CC_TASK_RECORD_KIND_NAME 6
+
+static uintptr_t cc_task_stack_words[2048];  // the reporting thread's alone (a crash or a hang)
+
+uintptr_t cc_task_on_stack(uintptr_t sp) {
+    uintptr_t metadata = atomic_load(&cc_global.swift_task_metadata);
+    if (metadata == 0 || sp == 0) return 0;
+    size_t words = cc_read_own(cc_task_stack_words, sp & ~(uintptr_t)7, sizeof(cc_task_stack_words)) / 8;
+    int looked = 0;
+    for (size_t i = 0; i < words && looked < 256; i++) {
+        uintptr_t word = cc_task_stack_words[i];
+        // A task is a heap object: 16-byte aligned, in the user half of the address space.
+        if (word < 65536 || (word & 15) != 0 || word >= ((uintptr_t)1 << 47)) continue;
+        looked++;
+        uintptr_t isa = 0;
+        if (cc_read_own(&isa, word, sizeof(isa)) != sizeof(isa) || isa != metadata) continue;
+        uint32_t status = 0;
+        if (cc_read_own(&status, word + CC_TASK_STATUS_FLAGS, sizeof(status)) != sizeof(status)) continue;
+        if (status & CC_TASK_STATUS_RUNNING) return word;
+    }
+    return 0;
+}
+
+bool cc_task_name(uintptr_t task, char *out, size_t cap) {
+    out[0] = '\0';
+    uintptr_t metadata = atomic_load(&cc_global.swift_task_metadata);
+    if (task == 0 || metadata == 0 || cap < 2) return false;
+    uintptr_t head[CC_TASK_INNERMOST_RECORD / 8 + 1];
+    if (cc_read_own(head, task, sizeof(head)) != sizeof(head) || head[0] != metadata) return false;
+    uint32_t flags;
+    memcpy(&flags, (const char *)head + CC_TASK_JOB_FLAGS, sizeof(flags));
+    if (!(flags & CC_TASK_HAS_NAME)) return false;
+    uintptr_t record = head[CC_TASK_INNERMOST_RECORD / 8];
+    for (int i = 0; i < 16 && record != 0; i++) {
+        uintptr_t fields[3];  // flags (the kind in the low byte), parent, and a name record's text
+        if (cc_read_own(fields, record, sizeof(fields)) != sizeof(fields)) return false;
+        if ((fields[0] & 0xff) == CC_TASK_RECORD_KIND_NAME) {
+            size_t got = cc_read_own(out, fields[2], cap - 1);
+            out[got] = '\0';
+            return out[0] != '\0';
+        }
+        record = fields[1];
+    }
+    return false;
+}

@@ -208,6 +208,7 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang) {
             slot->thread_pointer = 0;
             slot->waits_for = 0;
             slot->waits_on_lock = 0;
+            slot->task_name[0] = '\0';
             atomic_store(&slot->state, CC_SLOT_ASKED);
         }
     }
