@@ -187,7 +187,7 @@ typedef struct cc_state {
     _Atomic uint32_t install_rest_wake;
     _Atomic pid_t install_rest_tid;  // the thread doing it while it runs
     _Atomic pid_t install_rest_thread;  // the thread made for it, until it has ended
-    char executable_path[PATH_MAX];   // a C install's, for a module list made at a crash
+    char executable_path[PATH_MAX];   // read at a crash that comes before the module list is made
     // The Swift runtime's task metadata (0: no Swift concurrency, or a layout we do not know)
     // and its swift_task_getCurrent, for the names of tasks (cc_find_swift_task_layout).
     _Atomic uintptr_t swift_task_metadata;
@@ -402,6 +402,8 @@ const char *cc_install_rest_problem(void);  // why the files could not be made, 
 // install/install.c, for the rest
 bool cc_directory_is_over_bound(int dir_fd);
 void cc_detect_container(void);
+void cc_install_thread_signal(void);
+bool cc_fsync_covers_new_name(int dir_fd);
 // signal_safe/crash_path.c: at a crash, wakes the rest and waits for it, at most `bound_ns`.
 void cc_install_rest_at_crash(int64_t bound_ns);
 

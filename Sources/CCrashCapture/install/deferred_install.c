@@ -54,6 +54,8 @@ static void cc_rest_run_locked(void) {
         if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
     }
     cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
+    cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
+    cc_install_thread_signal();
     int err = cc_create_crash_file(true, &step);
     if (err == 0) err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &step);
     if (err != 0)
@@ -134,5 +136,8 @@ void cc_install_rest_prepare_fork(void) { pthread_mutex_lock(&cc_rest_lock); }
 void cc_install_rest_after_fork(bool child) {
     pthread_mutex_unlock(&cc_rest_lock);
     uint32_t pending = CC_REST_PENDING;
-    if (child) atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    // The one fact of the rest a child's crash file needs (how to make its name durable): two
+    // system calls, fine in a forked child.
+    if (child && atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED))
+        cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
 }

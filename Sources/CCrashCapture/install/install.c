@@ -154,7 +154,7 @@ static int cc_open_directory(const char *path) {
 // answers EXT4_IOC_GETSTATE (Linux 5.4 and later; earlier kernels keep the two flushes, as
 // do XFS, btrfs, overlayfs and NFS).
 #define CC_EXT4_IOC_GETSTATE _IOW('f', 41, uint32_t)
-static bool cc_fsync_covers_new_name(int dir_fd) {
+bool cc_fsync_covers_new_name(int dir_fd) {
     struct statfs fs;
     uint32_t state = 0;
     return fstatfs(dir_fd, &fs) == 0 && fs.f_type == 0xEF53 && ioctl(dir_fd, CC_EXT4_IOC_GETSTATE, &state) == 0;
@@ -214,7 +214,7 @@ static bool cc_is_ours(const struct sigaction *sa) {
     return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == cc_signal_handler;
 }
 
-static void cc_install_thread_signal(void);
+
 
 // Whether we run in a container, and which kind, by the marks each runtime leaves.
 void cc_detect_container(void) {
@@ -252,21 +252,23 @@ static int cc_install_signal_handlers(void) {
     for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) sigdelset(&cc_global.ours.sa_mask, cc_handled_signals[i]);
     for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) {
         int signo = cc_handled_signals[i];
+        // One call each: ours in, the previous one out (a process pays every system call).
         struct sigaction previous;
-        if (sigaction(signo, NULL, &previous) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
+        if (sigaction(signo, &cc_global.ours, &previous) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
         if (cc_is_ours(&previous)) continue;
         cc_global.previous[signo] = previous;
-        if (sigaction(signo, &cc_global.ours, NULL) != 0) return cc_fail("sigaction(%d): %s", signo, strerror(errno));
         cc_global.replaced[signo] = true;
     }
-    cc_install_thread_signal();
+    // A C install takes its real-time signal with the rest (deferred_install.c): only the
+    // fallback that asks threads by signal, where ptrace is refused, needs it.
+    if (cc_global.sdk_session) cc_install_thread_signal();
     return 0;
 }
 
 // The signal that asks each thread for its context at a crash: the highest real-time signal
 // nobody handles (apps and libraries that take one usually take the lowest free). Without a
 // free one, a report still lists every thread, without their stacks.
-static void cc_install_thread_signal(void) {
+void cc_install_thread_signal(void) {
     cc_global.thread_signal = 0;
     for (int signo = SIGRTMAX; signo > SIGRTMIN; signo--) {
         struct sigaction current;
@@ -464,7 +466,8 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     snprintf(cc_global.directory, sizeof(cc_global.directory), "%s", directory);
     cc_global.dir_fd = dir_fd;
     cc_note_file(dir_fd, &cc_global.dir_dev, &cc_global.dir_ino);
-    cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);
+    // For the SDK here; a C install finds it with its rest, before it names any file.
+    if (sdk) cc_global.fsync_covers_new_name = cc_fsync_covers_new_name(dir_fd);
     cc_global.reserved_bytes = config->reserved_bytes != 0 ? config->reserved_bytes : CC_DEFAULT_RESERVED_BYTES;
     cc_global.crash_line = !config->no_crash_line;
     cc_global.record_arguments = !config->omit_arguments;
@@ -488,10 +491,6 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         // this thread (deferred_install.c) once the handlers are in place.
         const char *step;
         int err = cc_name_session(&step);
-        // The program's own path, for a crash before the module list is made: the loader's list
-        // names it "".
-        ssize_t length = readlink("/proc/self/exe", cc_global.executable_path, sizeof(cc_global.executable_path) - 1);
-        cc_global.executable_path[length > 0 ? length : 0] = '\0';
         if (err != 0) {
             result = cc_fail("%s in %s failed: %s", step, cc_global.directory, strerror(err));
             close(dir_fd);

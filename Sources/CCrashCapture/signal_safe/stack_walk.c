@@ -251,7 +251,12 @@ void cc_scan_late_modules(const cc_module_map *map) {
         m->range.start = lo;
         m->range.end = hi;
         m->range.load_bias = l->l_addr;
-        // The program itself is "" in the loader's list.
+        // The program itself is "" in the loader's list: its path is read now (readlink is
+        // async-signal-safe), once.
+        if (l->l_name != NULL && l->l_name[0] == '\0' && cc_global.executable_path[0] == '\0') {
+            ssize_t n = readlink("/proc/self/exe", cc_global.executable_path, sizeof(cc_global.executable_path) - 1);
+            cc_global.executable_path[n > 0 ? n : 0] = '\0';
+        }
         m->path = l->l_name != NULL && l->l_name[0] == '\0' && cc_global.executable_path[0] != '\0'
                       ? cc_global.executable_path
                       : l->l_name;
