@@ -160,6 +160,19 @@ public struct CrashReport: @unchecked Sendable {
     public var crashed: [String: Any]? { crashedEvents.first }
     /// The `$AppHang` of a hang report (`crash-<session>-hang-<n>.ccr`); nil in a crash file.
     public var hang: [String: Any]? { events.first { $0["event"] as? String == "$AppHang" } }
+    /// A hang report's deadlock, one line a thread on the cycle: `thread 12 "worker" waits for lock
+    /// 0x… held by thread 13 "loader"`. Empty when there is none.
+    public var deadlockLines: [String] {
+        let details = hang?["hang"] as? [String: Any] ?? [:]
+        let names = Dictionary(threads.map { ($0.tid, $0.name) }, uniquingKeysWith: { first, _ in first })
+        return (details["deadlock"] as? [[String: Any]] ?? []).map { link in
+            let tid = (link["tid"] as? NSNumber)?.intValue ?? 0
+            let owner = (link["waits_for"] as? NSNumber)?.intValue ?? 0
+            return "thread \(tid) \"\(names[tid] ?? "?")\" waits for lock \(link["lock"] as? String ?? "?") held by "
+                + "thread \(owner) \"\(names[owner] ?? "?")\""
+        }
+    }
+
     /// The thread that beat the hung watch last, when the report found it.
     public var hungThread: Thread? {
         guard let tid = (hang?["properties"] as? [String: Any])?["hang_tid"] as? NSNumber else { return nil }

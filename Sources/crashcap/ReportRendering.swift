@@ -146,15 +146,7 @@ enum ReportRendering {
                     "watch \"\(properties["hang_watch"] ?? "?")\" missed its \(properties["hang_threshold_ms"] ?? "?") ms "
                         + "threshold (no beat for \(properties["hang_stalled_ms"] ?? "?") ms)"
                         + (deadlock ? ": deadlock" : "")))
-        let details = hang["hang"] as? [String: Any] ?? [:]
-        let names = Dictionary(report.threads.map { ($0.tid, $0.name) }, uniquingKeysWith: { first, _ in first })
-        for link in details["deadlock"] as? [[String: Any]] ?? [] {
-            let tid = (link["tid"] as? NSNumber)?.intValue ?? 0
-            let owner = (link["waits_for"] as? NSNumber)?.intValue ?? 0
-            lines.append(
-                "  thread \(tid) \"\(names[tid] ?? "?")\" waits for lock \(link["lock"] as? String ?? "?") held by "
-                    + "thread \(owner) \"\(names[owner] ?? "?")\"")
-        }
+        lines += report.deadlockLines.map { "  " + $0 }
         var shownModules = Set<Int>()
         if let hung = report.hungThread {
             let symbols = symbolicator.symbolicate(hung, in: report)

@@ -415,14 +415,7 @@ package struct CrashReplayer: Sendable {
         let threshold = (properties["hang_threshold_ms"] as? NSNumber)?.intValue ?? 0
         let stalled = (properties["hang_stalled_ms"] as? NSNumber)?.intValue ?? 0
         var lines = ["watch \"\(watch)\" missed its \(threshold) ms threshold (no beat for \(stalled) ms)"]
-        let names = Dictionary(report.threads.map { ($0.tid, $0.name) }, uniquingKeysWith: { first, _ in first })
-        for link in hang["deadlock"] as? [[String: Any]] ?? [] {
-            let tid = (link["tid"] as? NSNumber)?.intValue ?? 0
-            let owner = (link["waits_for"] as? NSNumber)?.intValue ?? 0
-            lines.append(
-                "deadlock: thread \(tid) \"\(names[tid] ?? "?")\" waits for a lock (\(link["lock"] as? String ?? "?")) "
-                    + "held by thread \(owner) \"\(names[owner] ?? "?")\"")
-        }
+        lines += report.deadlockLines.map { "deadlock: " + $0 }
         let signal = (properties["hang_deadlock"] as? Bool ?? false) ? "Deadlock" : "Hang"
         if let hung = report.hungThread {
             let symbols = symbolicator.symbolicate(hung, in: report)
