@@ -213,6 +213,7 @@ void cc_buf_append_str(cc_buf *b, const char *s);
 void cc_buf_append_json_string(cc_buf *b, const char *s, size_t max_bytes);
 void cc_buf_append_u64(cc_buf *b, uint64_t v);
 void cc_buf_append_i64(cc_buf *b, int64_t v);
+void cc_buf_append_thousandths(cc_buf *b, int64_t thousandths);
 void cc_buf_append_hex(cc_buf *b, uint64_t v);
 uint32_t cc_crc32(uint32_t crc, const void *data, size_t n);
 void cc_crc32_prepare(void);

@@ -47,6 +47,15 @@ void cc_buf_append_i64(cc_buf *b, int64_t v) {
     }
 }
 
+// `thousandths` as a decimal with three places: 1234 as 1.234 (ms from µs, s from ms).
+void cc_buf_append_thousandths(cc_buf *b, int64_t thousandths) {
+    if (thousandths < 0) thousandths = 0;
+    cc_buf_append_i64(b, thousandths / 1000);
+    char fraction[4] = {'.', (char)('0' + (thousandths / 100) % 10), (char)('0' + (thousandths / 10) % 10),
+                        (char)('0' + thousandths % 10)};
+    cc_buf_append(b, fraction, 4);
+}
+
 void cc_buf_append_hex(cc_buf *b, uint64_t v) {
     static const char hex[] = "0123456789abcdef";
     char digits[16];

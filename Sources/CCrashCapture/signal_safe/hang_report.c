@@ -73,40 +73,48 @@ static bool cc_in_deadlock(const cc_thread_slot *slot) {
 
 // MARK: - The event
 
-static void cc_append_ms(cc_buf *b, int64_t ns) {
-    int64_t us = ns / 1000;
-    cc_buf_append_i64(b, us / 1000);
-    char frac[4] = {'.', (char)('0' + (us / 100) % 10), (char)('0' + (us / 10) % 10), (char)('0' + us % 10)};
-    cc_buf_append(b, frac, 4);
+// `-hang-<n>`, or `-hang-<n>-end`: what follows the session id in a hang's event ids and files.
+static void cc_append_hang_suffix(cc_buf *b, uint32_t sequence, bool end) {
+    cc_buf_append_str(b, "-hang-");
+    cc_buf_append_u64(b, sequence);
+    if (end) cc_buf_append_str(b, "-end");
 }
 
-static void cc_append_id(cc_buf *b, const char *suffix, uint32_t sequence) {
+// The event id suffix as a string, for cc_append_event_head.
+static const char *cc_hang_suffix(char *out, size_t cap, uint32_t sequence, bool end) {
+    cc_buf b = {out, 0, cap - 1, false};
+    cc_append_hang_suffix(&b, sequence, end);
+    out[b.len] = '\0';
+    return out;
+}
+
+static void cc_append_hang_id(cc_buf *b, uint32_t sequence) {
     cc_buf_append_str(b, cc_global.session_id);
-    cc_buf_append_str(b, suffix);
-    cc_buf_append_u64(b, sequence);
+    cc_append_hang_suffix(b, sequence, false);
+}
+
+// Whether any thread is on a cycle of lock waits.
+static bool cc_any_deadlock(void) {
+    for (int i = 0; cc_thread_slot_at(i) != NULL; i++)
+        if (cc_in_deadlock(cc_thread_slot_at(i))) return true;
+    return false;
 }
 
 static size_t cc_build_hang_event(char *out, size_t cap, const crashcapture_hang_request *request,
-                                  uint32_t sequence, int64_t time_ms, const cc_thread_slot *hung, int64_t held_ns,
-                                  int64_t entry_ns) {
+                                  uint32_t sequence, int64_t time_ms, const cc_thread_slot *hung, bool deadlock,
+                                  int64_t held_ns, int64_t entry_ns) {
     cc_buf b = {out, 0, cap, false};
     size_t limit = cap > 4096 ? cap - 4096 : 0;
     char suffix[32];
-    cc_buf id = {suffix, 0, sizeof(suffix) - 1, false};
-    cc_buf_append_str(&id, "-hang-");
-    cc_buf_append_u64(&id, sequence);
-    suffix[id.len] = '\0';
-    cc_append_event_head(&b, "$AppHang", suffix, time_ms);
+    cc_append_event_head(&b, "$AppHang", cc_hang_suffix(suffix, sizeof(suffix), sequence, false), time_ms);
     cc_buf_append_str(&b, ",\"hang_id\":\"");
-    cc_append_id(&b, "-hang-", sequence);
+    cc_append_hang_id(&b, sequence);
     cc_buf_append_str(&b, "\",\"hang_watch\":");
     cc_buf_append_json_string(&b, request->watch_name != NULL ? request->watch_name : "", 256);
     cc_buf_append_str(&b, ",\"hang_threshold_ms\":");
     cc_buf_append_i64(&b, request->threshold_ms);
     cc_buf_append_str(&b, ",\"hang_stalled_ms\":");
     cc_buf_append_i64(&b, request->stalled_ms);
-    bool deadlock = false;
-    for (int i = 0; cc_thread_slot_at(i) != NULL && !deadlock; i++) deadlock = cc_in_deadlock(cc_thread_slot_at(i));
     cc_buf_append_str(&b, ",\"hang_deadlock\":");
     cc_buf_append_str(&b, deadlock ? "true" : "false");
     if (hung != NULL) {
@@ -124,9 +132,9 @@ static size_t cc_build_hang_event(char *out, size_t cap, const crashcapture_hang
     cc_buf_append_i64(&b, request->threshold_ms);
     cc_buf_append_str(&b, " ms threshold\"");
     cc_buf_append_str(&b, ",\"hang_threads_held_ms\":");
-    cc_append_ms(&b, held_ns);
+    cc_buf_append_thousandths(&b, held_ns / 1000);
     cc_buf_append_str(&b, ",\"hang_capture_ms\":");
-    cc_append_ms(&b, cc_monotonic_ns() - entry_ns);
+    cc_buf_append_thousandths(&b, (cc_monotonic_ns() - entry_ns) / 1000);
     cc_buf_append_str(&b, "},\"hang\":{");
     cc_append_modules(&b, atomic_load_explicit(&cc_global.module_map, memory_order_acquire), limit);
     cc_buf_append_str(&b, ",\"threads\":[");
@@ -160,23 +168,15 @@ static size_t cc_build_hang_end_event(char *out, size_t cap, const char *watch_n
                                       int64_t duration_ms) {
     cc_buf b = {out, 0, cap, false};
     char suffix[40];
-    cc_buf id = {suffix, 0, sizeof(suffix) - 1, false};
-    cc_buf_append_str(&id, "-hang-");
-    cc_buf_append_u64(&id, sequence);
-    cc_buf_append_str(&id, "-end");
-    suffix[id.len] = '\0';
-    cc_append_event_head(&b, "$AppHangEnd", suffix, cc_wall_ms());
+    cc_append_event_head(&b, "$AppHangEnd", cc_hang_suffix(suffix, sizeof(suffix), sequence, true), cc_wall_ms());
     cc_buf_append_str(&b, ",\"hang_id\":\"");
-    cc_append_id(&b, "-hang-", sequence);
+    cc_append_hang_id(&b, sequence);
     cc_buf_append_str(&b, "\",\"hang_watch\":");
     cc_buf_append_json_string(&b, watch_name != NULL ? watch_name : "", 256);
     cc_buf_append_str(&b, ",\"hang_duration_ms\":");
     cc_buf_append_i64(&b, duration_ms);
     cc_buf_append_str(&b, ",\"$event_duration\":");
-    cc_buf_append_i64(&b, duration_ms / 1000);
-    char frac[4] = {'.', (char)('0' + (duration_ms / 100) % 10), (char)('0' + (duration_ms / 10) % 10),
-                    (char)('0' + duration_ms % 10)};
-    cc_buf_append(&b, frac, 4);
+    cc_buf_append_thousandths(&b, duration_ms);
     cc_buf_append_str(&b, "}}");
     return b.overflow ? 0 : b.len;
 }
@@ -188,8 +188,8 @@ static size_t cc_build_hang_end_event(char *out, size_t cap, const char *watch_n
 static bool cc_hang_file_name(char *out, size_t cap, uint32_t sequence, bool end) {
     cc_buf b = {out, 0, cap - 1, false};
     cc_buf_append_str(&b, CCF_FILE_PREFIX);
-    cc_append_id(&b, "-hang-", sequence);
-    if (end) cc_buf_append_str(&b, "-end");
+    cc_buf_append_str(&b, cc_global.session_id);
+    cc_append_hang_suffix(&b, sequence, end);
     cc_buf_append_str(&b, "." CCF_FILE_EXTENSION);
     out[b.len] = '\0';
     return !b.overflow;
@@ -258,8 +258,9 @@ int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_
     for (int i = 0; request->watched_thread != 0 && cc_thread_slot_at(i) != NULL; i++)
         if (cc_thread_slot_at(i)->thread_pointer == request->watched_thread) hung = cc_thread_slot_at(i);
     uint32_t sequence = atomic_fetch_add(&cc_hang_sequence, 1) + 1;
+    bool deadlock = cc_any_deadlock();
     size_t payload = cc_build_hang_event(record + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, request,
-                                         sequence, cc_wall_ms(), hung, held, entry_ns);
+                                         sequence, cc_wall_ms(), hung, deadlock, held, entry_ns);
     int err = payload == 0 ? EOVERFLOW : 0;
     if (err == 0 && !cc_hang_file_name(result->file_name, sizeof(result->file_name), sequence, false)) err = ENAMETOOLONG;
     if (err == 0) err = cc_write_hang_file(result->file_name, record, payload);
@@ -267,8 +268,7 @@ int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_
         atomic_fetch_add(&cc_hang_files_written, 1);
         result->sequence = sequence;
         result->hung_tid = hung != NULL ? hung->tid : 0;
-        for (int i = 0; cc_thread_slot_at(i) != NULL && !result->deadlock; i++)
-            result->deadlock = cc_in_deadlock(cc_thread_slot_at(i));
+        result->deadlock = deadlock;
         result->threads_held_ns = held;
         result->total_ns = cc_monotonic_ns() - entry_ns;
     } else {

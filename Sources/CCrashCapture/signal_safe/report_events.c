@@ -201,12 +201,7 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
         cc_buf_append_str(b, "\"");
     }
     cc_buf_append_str(b, "],\"crash_handler_ms\":");
-    int64_t elapsed_us = (cc_monotonic_ns() - c->entry_ns) / 1000;
-    cc_buf_append_i64(b, elapsed_us / 1000);
-    cc_buf_append_str(b, ".");
-    char frac[3] = {(char)('0' + (elapsed_us / 100) % 10), (char)('0' + (elapsed_us / 10) % 10),
-                    (char)('0' + elapsed_us % 10)};
-    cc_buf_append(b, frac, 3);
+    cc_buf_append_thousandths(b, (cc_monotonic_ns() - c->entry_ns) / 1000);
 }
 
 static void cc_append_state(cc_buf *b, char state) {
@@ -412,12 +407,8 @@ size_t cc_build_minimal_event(char *out, size_t cap, const cc_crash *c) {
 size_t cc_build_end_event(char *out, size_t cap, const cc_crash *c) {
     cc_buf b = {out, 0, cap, false};
     cc_append_event_head(&b, "$AppEnd", "-end", c->time_ms);
-    int64_t ms = (c->entry_ns - cc_global.start_mono_ns) / 1000000;
-    if (ms < 0) ms = 0;
     cc_buf_append_str(&b, ",\"$event_duration\":");
-    cc_buf_append_i64(&b, ms / 1000);
-    char frac[4] = {'.', (char)('0' + (ms / 100) % 10), (char)('0' + (ms / 10) % 10), (char)('0' + ms % 10)};
-    cc_buf_append(&b, frac, 4);
+    cc_buf_append_thousandths(&b, (c->entry_ns - cc_global.start_mono_ns) / 1000000);
     cc_buf_append_str(&b, ",\"$app_end_reason\":\"crash\"}}");
     return b.overflow ? 0 : b.len;
 }
