@@ -126,14 +126,20 @@ import Testing
         try HangTests().storedEvents(directory)
     }
 
+    /// The Swift sample's `kind` run to its end under capture (its hang `hangMilliseconds` long
+    /// where it has one), with its directory, the events then in its store among them.
+    func runSample(_ kind: String, hangMilliseconds: Int? = nil, threshold: Int) throws -> (
+        result: RunResult, directory: String
+    ) {
+        let directory = makeTemporaryDirectory(kind)
+        var environment = ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_THRESHOLD_MS": "\(threshold)"]
+        if let hangMilliseconds { environment["CRASH_SAMPLE_HANG_MS"] = "\(hangMilliseconds)" }
+        return (try run(Paths.swiftSample, [kind], environment: environment, timeout: 60), directory)
+    }
+
     @Test func aBlockedEventLoopIsImportedByTheLiveProcess() throws {
         guard try run(Paths.swiftSample, ["--has-nio"]).stdout.contains("yes") else { return }
-        let directory = makeTemporaryDirectory("hang-nio")
-        let result = try run(
-            Paths.swiftSample, ["hang-nio"],
-            environment: [
-                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_MS": "1500", "CRASH_SAMPLE_HANG_THRESHOLD_MS": "300",
-            ], timeout: 60)
+        let (result, directory) = try runSample("hang-nio", hangMilliseconds: 1500, threshold: 300)
         #expect(result.exitCode == 0, "\(result.stderr)")
         #expect(result.stdout.contains("loop unblocked"))
         #expect(result.stderr.contains("hang: a watch missed its threshold"), "\(result.stderr)")
@@ -162,12 +168,7 @@ import Testing
     /// The main queue watched (`watchMainQueue`) in an app that runs it: a block on it sleeps
     /// past the threshold, and the main thread is the hung one.
     @Test func aBlockedMainQueueIsReported() throws {
-        let directory = makeTemporaryDirectory("hang-main-queue")
-        let result = try run(
-            Paths.swiftSample, ["hang-main-queue"],
-            environment: [
-                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_MS": "1000", "CRASH_SAMPLE_HANG_THRESHOLD_MS": "300",
-            ], timeout: 60)
+        let (result, directory) = try runSample("hang-main-queue", hangMilliseconds: 1000, threshold: 300)
         #expect(result.exitCode == 0, "\(result.stderr)")
         let events = try storedEvents(directory)
         let hang = try #require(events.first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
@@ -181,12 +182,7 @@ import Testing
     /// A hang inside a named Swift task, two async calls deep: the hung thread carries the task's
     /// name and its [async] callers, named.
     @Test func aHangInsideANamedTaskShowsTheTaskAndItsAsyncCallers() throws {
-        let directory = makeTemporaryDirectory("hang-task-name")
-        let result = try run(
-            Paths.swiftSample, ["hang-in-task"],
-            environment: [
-                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_MS": "800", "CRASH_SAMPLE_HANG_THRESHOLD_MS": "200",
-            ], timeout: 60)
+        let (result, directory) = try runSample("hang-in-task", hangMilliseconds: 800, threshold: 200)
         #expect(result.exitCode == 0, "\(result.stderr)")
         let hang = try #require(
             try storedEvents(directory).first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
@@ -201,10 +197,7 @@ import Testing
     /// A watch stopped and then released after a new watch took its slot: the new one is still
     /// checked (the release does not stop it a second time), and its hang is reported.
     @Test func aWatchStoppedTwiceLeavesItsSuccessorWatched() throws {
-        let directory = makeTemporaryDirectory("hang-reuse")
-        let result = try run(
-            Paths.swiftSample, ["hang-watch-reuse"],
-            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_HANG_THRESHOLD_MS": "200"], timeout: 60)
+        let (result, directory) = try runSample("hang-watch-reuse", threshold: 200)
         #expect(result.exitCode == 0, "\(result.stderr)")
         let hangs = try storedEvents(directory).filter { $0["event"] as? String == "$AppHang" }
         #expect(hangs.map { HangTests().properties($0)["hang_watch"] as? String } == ["second"], "\(result.stderr)")
