@@ -248,6 +248,9 @@ void cc_termination_handler(int signo);
 
 // journal/session_journal.c: the session file and the journal in it.
 int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const char **step);
+// signal_safe/session_file.c: removes the files of the C sessions this process's images
+// before an exec left behind.
+void cc_retire_exec_predecessors(void);
 void cc_session_file_detach_in_child(void);
 void cc_session_file_close(bool remove);
 bool cc_session_file_is_sdk(void);

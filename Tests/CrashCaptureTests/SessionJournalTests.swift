@@ -418,6 +418,28 @@ import Testing
         #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppEnd"])
     }
 
+    /// A shell that runs a while before it execs (a wrapper script) has made its files by then:
+    /// the image it becomes ends that session, however short its own life or however it ends.
+    @Test func anExecAfterTheFilesWereMadeStillEndsTheSessionBeforeIt() throws {
+        let directory = makeTemporaryDirectory("exec-late")
+        let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]
+        let quick = try run("/bin/sh", ["-c", "sleep 0.1; exec /bin/true"], environment: preload)
+        #expect(quick.exitCode == 0)
+        #expect(sessionFiles(directory).isEmpty, "\(sessionFiles(directory))")
+        #expect(crashFiles(in: directory).isEmpty, "\(crashFiles(in: directory))")
+
+        let crashed = makeTemporaryDirectory("exec-late-crash")
+        let crashing = try run(
+            "/bin/sh", ["-c", "sleep 0.1; exec '\(Paths.cSample)' null-read"],
+            environment: ["CRASHCAPTURE_DIR": crashed, "LD_PRELOAD": Paths.preloadLibrary])
+        #expect(crashing.signal == SIGSEGV, "\(crashing.stderr)")
+        #expect(crashFiles(in: crashed).count == 1, "\(crashFiles(in: crashed))")
+        #expect(try run(Paths.crashcap, ["replay", crashed]).exitCode == 0)
+        let stored = try storedEvents(crashed)
+        #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppCrashed", "$AppEnd"])
+        #expect(events(stored, named: "$AppEnd").map { property($0, "$app_end_reason") as? String } == ["crash"])
+    }
+
     func sessionPid(_ path: String) throws -> Int32 {
         let fd = open(path, O_RDONLY)
         defer { close(fd) }

@@ -56,8 +56,16 @@ static void cc_rest_run_locked(void) {
     cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
     cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
     cc_install_thread_signal();
+    // The session file first: an exec that ends this image part way leaves a session file
+    // that the next image removes with its crash file (cc_retire_exec_predecessors), never a
+    // crash file on its own. The crash file is made even if the session file could not be.
+    const char *session_step = NULL;
+    int session_err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &session_step);
     int err = cc_create_crash_file(true, &step);
-    if (err == 0) err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &step);
+    if (err == 0 && session_err != 0) {
+        err = session_err;
+        step = session_step;
+    }
     if (err != 0)
         snprintf(cc_rest_problem, sizeof(cc_rest_problem), "%s in %s failed: %s", step, cc_global.directory,
                  strerror(err));
@@ -120,7 +128,10 @@ void cc_install_rest_cancel(void) {
     // Waits for a rest already running; a rest not begun is never begun.
     pthread_mutex_lock(&cc_rest_lock);
     uint32_t pending = CC_REST_PENDING;
-    atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    bool never_begun = atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    // An image that ends before its rest still ends the sessions of the images it was exec'd
+    // from, which the rest would have done.
+    if (never_begun) cc_retire_exec_predecessors();
     pthread_mutex_unlock(&cc_rest_lock);
     atomic_store(&cc_global.install_rest_wake, 1);
     syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);

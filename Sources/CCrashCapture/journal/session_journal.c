@@ -137,64 +137,6 @@ static uint64_t cc_ring_size_within_limits(uint64_t header_size, uint64_t wanted
     return (wanted <= room ? wanted : room) & ~(uint64_t)(CCF_SESSION_PAGE - 1);
 }
 
-// A process that execs keeps its pid and start time but loses our state (mappings, descriptors,
-// atexit): the session file of the image before the exec would be left behind and later closed
-// as "killed". The new image, installing again (a preload library is inherited with the
-// environment), removes C sessions of its own pid and start time: they ended by exec. An SDK
-// predecessor keeps its file: its journal still has to be imported by a replay.
-//
-// Such a file was written after this process started, so the files last modified before
-// that (every other session's, as a rule) are passed over without being opened: a directory
-// of sessions waiting for a replay would otherwise cost a few µs each at every install.
-static void cc_retire_exec_predecessors(void) {
-    struct timespec wall, boot;
-    if (cc_global.clock_ticks <= 0 || clock_gettime(CLOCK_REALTIME, &wall) != 0 ||
-        clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
-        return;
-    // The process's start on the wall clock, less 2 s for clocks and timestamps' grain.
-    int64_t ran_s = (int64_t)boot.tv_sec - (int64_t)(cc_global.start_ticks / (uint64_t)cc_global.clock_ticks);
-    int64_t started_s = (int64_t)wall.tv_sec - ran_s - 2;
-    int fd = dup(cc_global.dir_fd);
-    DIR *directory = fd >= 0 ? fdopendir(fd) : NULL;
-    if (directory == NULL) {
-        if (fd >= 0) close(fd);
-        return;
-    }
-    size_t prefix = strlen(CCF_SESSION_FILE_PREFIX);
-    for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
-        if (strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, prefix) != 0) continue;
-        struct stat info;
-        if (fstatat(cc_global.dir_fd, entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode) ||
-            info.st_mtim.tv_sec < started_s)
-            continue;
-        int file = openat(cc_global.dir_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (file < 0) continue;
-        char header[CCF_SESSION_FIXED_SIZE];
-        bool ours = pread(file, header, sizeof(header), 0) == (ssize_t)sizeof(header) &&
-                    memcmp(header, CCF_SESSION_MAGIC, 4) == 0;
-        close(file);
-        if (!ours) continue;
-        uint64_t pid, ticks;
-        uint32_t lifecycle;
-        memcpy(&pid, header + CCF_SESSION_AT_PID, 8);
-        memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
-        memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
-        if (pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && ticks != 0 &&
-            lifecycle == CCF_LIFECYCLE_AT_REPLAY) {
-            unlinkat(cc_global.dir_fd, entry->d_name, 0);
-            // Its crash file too, named since its install: a process that went on to exec did
-            // not crash, and exec closed the file without removing it.
-            const char *id = entry->d_name + prefix;
-            size_t id_length = strcspn(id, ".");
-            char crash_name[NAME_MAX + 1];
-            if (snprintf(crash_name, sizeof(crash_name), "%s%.*s.%s", CCF_FILE_PREFIX, (int)id_length, id,
-                         CCF_FILE_EXTENSION) < (int)sizeof(crash_name))
-                unlinkat(cc_global.dir_fd, crash_name, 0);
-        }
-    }
-    closedir(directory);
-}
-
 int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const char **step) {
     cc_retire_exec_predecessors();
     *step = "building the session file's context";
@@ -265,13 +207,17 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append_str(&path, "/");
     cc_buf_append_str(&path, cc_session.name);
     cc_session.path[path.len] = '\0';
-    // Made under a name no replay looks at, written and locked, then renamed into place: a
-    // replay (or `crashcap watch`, woken by its creation) never finds it empty or unlocked,
-    // and so never takes it for a dead session's, nor holds its lock while install wants it.
+    // Made unnamed (or, without O_TMPFILE, under a name no replay looks at), written and
+    // locked, then named: a replay (or `crashcap watch`, woken by its creation) never finds it
+    // empty or unlocked, and so never takes it for a dead session's, nor holds its lock while
+    // install wants it. An exec part way leaves nothing: an unnamed file goes with its
+    // descriptor.
     char temporary[96];
     snprintf(temporary, sizeof(temporary), ".%s.tmp", cc_session.name);
     *step = "creating the session file";
-    int fd = openat(cc_global.dir_fd, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    bool unnamed = fd >= 0;
+    if (!unnamed) fd = openat(cc_global.dir_fd, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return errno;
     int err = 0;
     // The ring's space is allocated now: a page of a shared mapping that the filesystem cannot
@@ -295,12 +241,16 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     }
     if (err == 0) {
         *step = "naming the session file";
-        if (renameat(cc_global.dir_fd, temporary, cc_global.dir_fd, cc_session.name) != 0) err = errno;
+        char descriptor[32];
+        snprintf(descriptor, sizeof(descriptor), "/proc/self/fd/%d", fd);
+        if (unnamed ? linkat(AT_FDCWD, descriptor, cc_global.dir_fd, cc_session.name, AT_SYMLINK_FOLLOW) != 0
+                    : renameat(cc_global.dir_fd, temporary, cc_global.dir_fd, cc_session.name) != 0)
+            err = errno;
     }
     if (err != 0) {
         if (mapped != MAP_FAILED) munmap(mapped, header_size + ring_in_file);
         close(fd);
-        unlinkat(cc_global.dir_fd, temporary, 0);
+        if (!unnamed) unlinkat(cc_global.dir_fd, temporary, 0);
         return err;
     }
     // A forked child must never write into its parent's journal: it does not even inherit it.

@@ -318,6 +318,8 @@ void cc_install_rest_at_crash(int64_t bound_ns) {
     }
     uint32_t pending = CC_REST_PENDING;
     atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    // Without the rest, the sessions of the images this one was exec'd from are ended here.
+    if (atomic_load(&cc_global.install_rest) != CC_REST_DONE) cc_retire_exec_predecessors();
     // Its thread ends right after: waited for (5 ms at most), so that the report lists the
     // program's threads only, and a single-threaded program's crash freezes nothing.
     pid_t thread = atomic_load(&cc_global.install_rest_thread);

@@ -7,11 +7,15 @@
 // against the same allowlist as the crash path, plus the few calls justified there.
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cc_internal.h"
@@ -187,4 +191,102 @@ void cc_after_fork_in_child(void) {
     cc_process_state_keep_files();
     const char *step;
     if (cc_open_session_file(false, &step) != 0) atomic_store(&cc_global.session_ended, 1);
+}
+
+// MARK: - Sessions ended by exec
+
+// A process that execs keeps its pid and start time but loses our state (mappings, descriptors,
+// atexit): the files of the image before the exec would be left behind, and its session later
+// closed as "killed". The new image (a preload library is inherited with the environment)
+// removes the C sessions of its own pid and start time: they ended by exec. An SDK predecessor
+// keeps its file: its journal still has to be imported by a replay.
+//
+// The new image does this when it makes its own files, when it exits before making them, and
+// at a crash before them: a shell script that runs a while and then execs a short tool would
+// otherwise leave the shell's session behind. Signal-safe, for that last case: the directory
+// is read with getdents64 into a buffer on the stack.
+//
+// Such files were written after this process started. A directory not changed since then (its
+// mtime) holds none, and costs one fstat; in one that has, the files last modified before that
+// (every other session's, as a rule) are passed over without being opened.
+struct cc_directory_entry {
+    uint64_t inode;
+    int64_t next;
+    unsigned short length;
+    unsigned char type;
+    char name[];
+};
+
+// Compared a byte at a time: a name may be shorter than the prefix, and ends in the buffer.
+static bool cc_starts_with(const char *name, const char *prefix) {
+    for (; *prefix != '\0'; prefix++, name++)
+        if (*name != *prefix) return false;
+    return true;
+}
+
+static bool cc_is_exec_predecessor(int directory, const char *name, int64_t started_s) {
+    if (!cc_starts_with(name, CCF_SESSION_FILE_PREFIX)) return false;
+    // Our own session's file (made by a rest still running at a crash) is never a predecessor.
+    const char *id = name + sizeof(CCF_SESSION_FILE_PREFIX) - 1;
+    if (cc_global.session_id[0] != '\0' && cc_starts_with(id, cc_global.session_id) &&
+        id[strlen(cc_global.session_id)] == '.')
+        return false;
+    struct stat info;
+    if (fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode) ||
+        info.st_mtim.tv_sec < started_s)
+        return false;
+    int file = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (file < 0) return false;
+    char header[CCF_SESSION_FIXED_SIZE];
+    bool whole = read(file, header, sizeof(header)) == (ssize_t)sizeof(header);
+    close(file);
+    if (!whole || memcmp(header, CCF_SESSION_MAGIC, 4) != 0) return false;
+    uint64_t pid, ticks;
+    uint32_t lifecycle;
+    memcpy(&pid, header + CCF_SESSION_AT_PID, 8);
+    memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
+    memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
+    return pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && lifecycle == CCF_LIFECYCLE_AT_REPLAY;
+}
+
+// Removes a predecessor's session file and its crash file, named by the same session id.
+static void cc_retire_predecessor(int directory, const char *session_name) {
+    unlinkat(directory, session_name, 0);
+    const char *id = session_name + sizeof(CCF_SESSION_FILE_PREFIX) - 1;
+    size_t id_length = 0;
+    while (id[id_length] != '\0' && id[id_length] != '.') id_length++;
+    char crash_name[NAME_MAX + 1];
+    cc_buf name = {crash_name, 0, sizeof(crash_name) - 1, false};
+    cc_buf_append_str(&name, CCF_FILE_PREFIX);
+    cc_buf_append(&name, id, id_length);
+    cc_buf_append_str(&name, "." CCF_FILE_EXTENSION);
+    crash_name[name.len] = '\0';
+    if (!name.overflow) unlinkat(directory, crash_name, 0);
+}
+
+void cc_retire_exec_predecessors(void) {
+    struct timespec wall, boot;
+    if (cc_global.clock_ticks <= 0 || cc_global.start_ticks == 0 ||
+        !cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino) ||
+        clock_gettime(CLOCK_REALTIME, &wall) != 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+        return;
+    // The process's start on the wall clock, less 2 s for the clocks' and timestamps' grain.
+    int64_t ran_s = (int64_t)boot.tv_sec - (int64_t)(cc_global.start_ticks / (uint64_t)cc_global.clock_ticks);
+    int64_t started_s = (int64_t)wall.tv_sec - ran_s - 2;
+    struct stat directory_info;
+    if (fstat(cc_global.dir_fd, &directory_info) != 0 || directory_info.st_mtim.tv_sec < started_s) return;
+    // A descriptor of its own: getdents64 moves the offset of the one it reads.
+    int directory = openat(cc_global.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory < 0) return;
+    _Alignas(8) char entries[2048];
+    for (;;) {
+        long got = syscall(SYS_getdents64, directory, entries, sizeof(entries));
+        if (got <= 0) break;
+        for (long at = 0; at < got;) {
+            const struct cc_directory_entry *entry = (const struct cc_directory_entry *)(entries + at);
+            at += entry->length;
+            if (cc_is_exec_predecessor(directory, entry->name, started_s)) cc_retire_predecessor(directory, entry->name);
+        }
+    }
+    close(directory);
 }
