@@ -56,9 +56,9 @@ static void cc_rest_run_locked(void) {
     cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
     cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
     cc_install_thread_signal();
-    // The session file first: an exec that ends this image part way leaves a session file
-    // that the next image removes with its crash file (cc_retire_exec_predecessors), never a
-    // crash file on its own. The crash file is made even if the session file could not be.
+    // The session file first: an exec that ends this image part way leaves a session file (or
+    // its temporary) that the next image removes with its crash file
+    // (cc_retire_exec_predecessors), never a crash file on its own. The crash file is made even if the session file could not be.
     const char *session_step = NULL;
     int session_err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &session_step);
     int err = cc_create_crash_file(true, &step);

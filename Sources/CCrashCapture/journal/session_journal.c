@@ -207,17 +207,15 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_buf_append_str(&path, "/");
     cc_buf_append_str(&path, cc_session.name);
     cc_session.path[path.len] = '\0';
-    // Made unnamed (or, without O_TMPFILE, under a name no replay looks at), written and
-    // locked, then named: a replay (or `crashcap watch`, woken by its creation) never finds it
-    // empty or unlocked, and so never takes it for a dead session's, nor holds its lock while
-    // install wants it. An exec part way leaves nothing: an unnamed file goes with its
-    // descriptor.
+    // Made under a name no replay looks at, written and locked, then renamed into place: a
+    // replay (or `crashcap watch`, woken by its creation) never finds it empty or unlocked,
+    // and so never takes it for a dead session's, nor holds its lock while install wants it.
+    // Not an O_TMPFILE: inotify reports the close of a file opened unnamed under no name, and
+    // `crashcap watch` learns from that close that the session's process ended.
     char temporary[96];
     snprintf(temporary, sizeof(temporary), ".%s.tmp", cc_session.name);
     *step = "creating the session file";
-    int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    bool unnamed = fd >= 0;
-    if (!unnamed) fd = openat(cc_global.dir_fd, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = openat(cc_global.dir_fd, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return errno;
     int err = 0;
     // The ring's space is allocated now: a page of a shared mapping that the filesystem cannot
@@ -241,16 +239,12 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     }
     if (err == 0) {
         *step = "naming the session file";
-        char descriptor[32];
-        snprintf(descriptor, sizeof(descriptor), "/proc/self/fd/%d", fd);
-        if (unnamed ? linkat(AT_FDCWD, descriptor, cc_global.dir_fd, cc_session.name, AT_SYMLINK_FOLLOW) != 0
-                    : renameat(cc_global.dir_fd, temporary, cc_global.dir_fd, cc_session.name) != 0)
-            err = errno;
+        if (renameat(cc_global.dir_fd, temporary, cc_global.dir_fd, cc_session.name) != 0) err = errno;
     }
     if (err != 0) {
         if (mapped != MAP_FAILED) munmap(mapped, header_size + ring_in_file);
         close(fd);
-        if (!unnamed) unlinkat(cc_global.dir_fd, temporary, 0);
+        unlinkat(cc_global.dir_fd, temporary, 0);
         return err;
     }
     // A forked child must never write into its parent's journal: it does not even inherit it.

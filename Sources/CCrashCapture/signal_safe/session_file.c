@@ -224,10 +224,17 @@ static bool cc_starts_with(const char *name, const char *prefix) {
     return true;
 }
 
+// The session id in a session file's name, or in the name it is written under before it is
+// renamed into place (".session-<id>.ccs.tmp", left by an exec part way); NULL for other names.
+static const char *cc_session_id_in_name(const char *name) {
+    if (name[0] == '.') name++;
+    return cc_starts_with(name, CCF_SESSION_FILE_PREFIX) ? name + sizeof(CCF_SESSION_FILE_PREFIX) - 1 : NULL;
+}
+
 static bool cc_is_exec_predecessor(int directory, const char *name, int64_t started_s) {
-    if (!cc_starts_with(name, CCF_SESSION_FILE_PREFIX)) return false;
+    const char *id = cc_session_id_in_name(name);
+    if (id == NULL) return false;
     // Our own session's file (made by a rest still running at a crash) is never a predecessor.
-    const char *id = name + sizeof(CCF_SESSION_FILE_PREFIX) - 1;
     if (cc_global.session_id[0] != '\0' && cc_starts_with(id, cc_global.session_id) &&
         id[strlen(cc_global.session_id)] == '.')
         return false;
@@ -252,7 +259,7 @@ static bool cc_is_exec_predecessor(int directory, const char *name, int64_t star
 // Removes a predecessor's session file and its crash file, named by the same session id.
 static void cc_retire_predecessor(int directory, const char *session_name) {
     unlinkat(directory, session_name, 0);
-    const char *id = session_name + sizeof(CCF_SESSION_FILE_PREFIX) - 1;
+    const char *id = cc_session_id_in_name(session_name);
     size_t id_length = 0;
     while (id[id_length] != '\0' && id[id_length] != '.') id_length++;
     char crash_name[NAME_MAX + 1];
