@@ -187,6 +187,9 @@ typedef struct cc_state {
     _Atomic uint32_t install_rest_wake;
     _Atomic pid_t install_rest_tid;  // the thread doing it while it runs
     _Atomic pid_t install_rest_thread;  // the thread made for it, until it has ended
+    // At a crash, that thread when its work is done and it is on its way out: not one of the
+    // program's threads, so the report neither lists nor freezes it.
+    _Atomic pid_t install_rest_leaving;
     char executable_path[PATH_MAX];   // read at a crash that comes before the module list is made
     // The Swift runtime's task metadata (0: no Swift concurrency, or a layout we do not know)
     // and its swift_task_getCurrent, for the names of tasks (cc_find_swift_task_layout).
@@ -200,6 +203,14 @@ enum cc_install_rest {
     CC_REST_RUNNING = 2,
     CC_REST_DONE = 3,
     CC_REST_CANCELLED = 4,  // the process ended (or a crash came) first: never done
+    CC_REST_FOR_REPORT = 5,  // a crash came first: what its report needs is done, the files are not
+};
+
+// What install_rest_wake holds: the thread sleeps while it is CC_REST_WAKE_NOT_YET.
+enum cc_install_rest_wake {
+    CC_REST_WAKE_NOT_YET = 0,
+    CC_REST_WAKE_NOW = 1,        // the session ended, or the files are wanted at once
+    CC_REST_WAKE_FOR_CRASH = 2,  // a crash waits: only what its report needs, nothing on disk
 };
 
 extern cc_state cc_global;
@@ -239,7 +250,7 @@ void cc_find_swift_task_layout(void);
 int cc_random_hex(char *out, size_t bytes);
 int cc_open_session_file(bool named, const char **step);
 int cc_name_session(const char **step);
-int cc_create_crash_file(bool named, const char **step);
+int cc_create_crash_file(bool named, bool want_space, const char **step);
 void cc_after_fork_in_child(void);
 
 // signal_safe/termination_signal.c: the SIGTERM/SIGINT handler and the pipe it writes to.

@@ -77,6 +77,44 @@ import Testing
         #expect(frameNames(report, count: 2).contains("plain_program_crashes"))
     }
 
+    /// A crash in the first milliseconds, before the install's rest has run: the report is
+    /// still whole (libunwind walks code built without frame pointers; the program's threads
+    /// are listed, ours are not), and its file holds the report without the space reserved for
+    /// a later crash.
+    @Test func aCrashBeforeTheRestIsReportedWhole() throws {
+        try requireLibrary()
+        let work = makeTemporaryDirectory("early")
+        let source = """
+            #include <pthread.h>
+            #include <unistd.h>
+            static void *waits(void *unused) { pause(); return unused; }
+            __attribute__((noinline)) void early_crash_here(volatile int *p) { *p = 42; }
+            __attribute__((noinline)) void early_crash_caller(volatile int *p) { early_crash_here(p); early_crash_here(p + 1); }
+            int main(int argc, char **argv) {
+                (void)argv;
+                pthread_t threads[2];
+                for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, waits, NULL);
+                early_crash_caller(argc > 5 ? (volatile int *)argv : 0);
+                return 0;
+            }
+            """
+        try source.write(toFile: work + "/early.c", atomically: false, encoding: .utf8)
+        let compile = try run(
+            "/usr/bin/cc", ["-O2", "-g", "-fomit-frame-pointer", "-o", work + "/early", work + "/early.c", "-lpthread"])
+        try #require(compile.exitCode == 0, "\(compile.stderr)")
+        let directory = work + "/crashes"
+        let result = try run(
+            work + "/early", environment: ["LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_DIR": directory])
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        let names = frameNames(report, count: 4)
+        #expect(names.starts(with: ["early_crash_here", "early_crash_caller", "main"]), "\(names)")
+        #expect(report.threadsTotal == 3, "\(report.threads.map(\.name))")
+        #expect(!report.threads.contains { $0.name.hasPrefix("cc-") }, "\(report.threads.map(\.name))")
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: report.path)[.size] as? Int)
+        #expect(size < 256 * 1024, "\(size) bytes")
+    }
+
     @Test func badDirectoryIsReportedAndTheProgramRunsOn() throws {
         try requireLibrary()
         let result = try run(

@@ -6,7 +6,9 @@
 //
 // A process that ends within those milliseconds (a tool run from a shell script) never pays for
 // them: its exit cancels the work, and nothing was written to delete. A crash before then
-// wakes the thread and waits for it (bounded): the report is as full as after a whole install.
+// wakes the thread and waits (bounded) while it does what the report needs (the modules,
+// libunwind, the files, with no space reserved): the report is as full as after a whole
+// install.
 // The C API's calls that need the files (track, context, breadcrumbs, the crash file's path, a
 // hang watch) do the rest at once, on their own thread, if it is still to do.
 //
@@ -37,31 +39,43 @@ static void cc_rest_wake_waiters(void) {
     syscall(SYS_futex, &cc_global.install_rest, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
-// Under cc_rest_lock. The files' failures no longer fail an install that has returned: they
-// are kept for crashcapture_last_error, and the crash path makes a crash file at the crash.
-static void cc_rest_run_locked(void) {
-    uint32_t pending = CC_REST_PENDING;
-    atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
-    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) return;
-    const char *step = NULL;
-    cc_crash_path_prepare();
-    // The program may have closed our directory's descriptor meanwhile and reused its number
-    // (closefrom, as daemons do): the directory is opened again by its path, never written
-    // through a descriptor that is now someone else's.
-    if (!cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)) {
-        int dir = open(cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        cc_global.dir_fd = dir >= 0 && cc_holds_file(dir, cc_global.dir_dev, cc_global.dir_ino) ? dir : -1;
-        if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
-    }
+// The program may have closed our directory's descriptor meanwhile and reused its number
+// (closefrom, as daemons do): the directory is opened again by its path, never written
+// through a descriptor that is now someone else's.
+static void cc_rest_check_directory(void) {
+    if (cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)) return;
+    int dir = open(cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    cc_global.dir_fd = dir >= 0 && cc_holds_file(dir, cc_global.dir_dev, cc_global.dir_ino) ? dir : -1;
+    if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
+}
+
+// What a report needs beyond the caller's half: how to name a file made at the crash, the
+// signal that asks the other threads for their stacks, the modules and libunwind. Once.
+static bool cc_rest_report_ready;
+
+static void cc_rest_for_report(void) {
+    if (cc_rest_report_ready) return;
     cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
     cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
     cc_install_thread_signal();
-    // The session file first: an exec that ends this image part way leaves a session file (or
-    // its temporary) that the next image removes with its crash file
-    // (cc_retire_exec_predecessors), never a crash file on its own. The crash file is made even if the session file could not be.
+    cc_detect_container();
+    cc_modules_capture();
+    cc_load_libunwind();
+    cc_hook_runtimes();
+    cc_rest_report_ready = true;
+}
+
+// The session file, then the crash file, its space reserved or not. The session file first:
+// an exec that ends this image part way leaves a session file (or its temporary) that the next
+// image removes with its crash file (cc_retire_exec_predecessors), never a crash file on its
+// own. The crash file is made even if the session file could not be. Their failures no longer
+// fail an install that has returned: they are kept for crashcapture_last_error, and the crash
+// path makes a crash file at the crash.
+static void cc_rest_files(bool want_space) {
+    const char *step = NULL;
     const char *session_step = NULL;
     int session_err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &session_step);
-    int err = cc_create_crash_file(true, &step);
+    int err = cc_create_crash_file(true, want_space, &step);
     if (err == 0 && session_err != 0) {
         err = session_err;
         step = session_step;
@@ -69,18 +83,50 @@ static void cc_rest_run_locked(void) {
     if (err != 0)
         snprintf(cc_rest_problem, sizeof(cc_rest_problem), "%s in %s failed: %s", step, cc_global.directory,
                  strerror(err));
-    cc_detect_container();
-    cc_modules_capture();
-    cc_load_libunwind();
+}
+
+// Under cc_rest_lock.
+static void cc_rest_run_locked(void) {
+    atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
+    uint32_t state = CC_REST_PENDING;
+    bool files_made = false;
+    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &state, CC_REST_RUNNING)) {
+        // A crash that was handled (a handler of the program's went on) left the rest of the
+        // rest; its crash file stays without reserved space, as one made again at a crash.
+        state = CC_REST_FOR_REPORT;
+        if (!atomic_compare_exchange_strong(&cc_global.install_rest, &state, CC_REST_RUNNING)) return;
+        files_made = true;
+    }
+    cc_crash_path_prepare();
+    cc_rest_check_directory();
+    cc_rest_for_report();
+    if (!files_made) cc_rest_files(true);
     cc_process_state_keep_files();
-    cc_hook_runtimes();
     atomic_store(&cc_global.install_rest, CC_REST_DONE);
     cc_rest_wake_waiters();
 }
 
+// A crash in the process's first milliseconds: its report needs the modules, libunwind and
+// the files, not the crash file's reserved space (the report is written at once), the pages
+// and tables prepared for a later crash, or the kept descriptors: the crash costs that much
+// less.
+static void cc_rest_for_crash(void) {
+    pthread_mutex_lock(&cc_rest_lock);
+    atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
+    uint32_t pending = CC_REST_PENDING;
+    if (atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) {
+        cc_rest_check_directory();
+        cc_rest_for_report();
+        cc_rest_files(false);
+        atomic_store(&cc_global.install_rest, CC_REST_FOR_REPORT);
+        cc_rest_wake_waiters();
+    }
+    pthread_mutex_unlock(&cc_rest_lock);
+}
+
 void cc_install_rest_finish(void) {
     uint32_t state = atomic_load(&cc_global.install_rest);
-    if (state != CC_REST_PENDING && state != CC_REST_RUNNING) return;
+    if (state != CC_REST_PENDING && state != CC_REST_RUNNING && state != CC_REST_FOR_REPORT) return;
     pthread_mutex_lock(&cc_rest_lock);
     cc_rest_run_locked();
     pthread_mutex_unlock(&cc_rest_lock);
@@ -98,18 +144,23 @@ static void *cc_rest_main(void *unused) {
     prctl(PR_SET_NAME, "cc-install", 0, 0, 0);
     atomic_store(&cc_global.install_rest_thread, (pid_t)syscall(SYS_gettid));
     struct timespec delay = {0, CC_REST_DELAY_NS};
-    while (atomic_load(&cc_global.install_rest_wake) == 0) {
-        if (syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAIT_PRIVATE, 0, &delay, NULL, 0) != 0 &&
+    while (atomic_load(&cc_global.install_rest_wake) == CC_REST_WAKE_NOT_YET) {
+        if (syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAIT_PRIVATE, CC_REST_WAKE_NOT_YET, &delay, NULL,
+                    0) != 0 &&
             errno == ETIMEDOUT)
             break;
     }
-    cc_install_rest_finish();
+    if (atomic_load(&cc_global.install_rest_wake) == CC_REST_WAKE_FOR_CRASH)
+        cc_rest_for_crash();
+    else
+        cc_install_rest_finish();
     return NULL;
 }
 
 int cc_install_rest_start(void) {
-    atomic_store(&cc_global.install_rest_wake, 0);
+    atomic_store(&cc_global.install_rest_wake, CC_REST_WAKE_NOT_YET);
     cc_rest_problem[0] = '\0';
+    cc_rest_report_ready = false;
     atomic_store(&cc_global.install_rest, CC_REST_PENDING);
     pthread_attr_t attributes;
     pthread_attr_init(&attributes);
@@ -133,7 +184,7 @@ void cc_install_rest_cancel(void) {
     // from, which the rest would have done.
     if (never_begun) cc_retire_exec_predecessors();
     pthread_mutex_unlock(&cc_rest_lock);
-    atomic_store(&cc_global.install_rest_wake, 1);
+    atomic_store(&cc_global.install_rest_wake, CC_REST_WAKE_NOW);
     syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     cc_rest_wake_waiters();
 }

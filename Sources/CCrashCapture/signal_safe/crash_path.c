@@ -298,35 +298,35 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
 // MARK: - An install's rest
 
 // A C install leaves its files, libunwind and the module list to a thread of ours, which waits
-// a few milliseconds first (deferred_install.c). A crash before then wakes it and waits for it:
-// the thread runs outside any handler, so it may load libunwind. Past the bound (a thread
-// stuck on a lock the crashing thread holds), the report does without: a crash file made now,
-// a frame-pointer walk, the modules found through the loader's list.
+// a few milliseconds first (deferred_install.c). A crash before then wakes it and waits while
+// it does what the report needs (the thread runs outside any handler, so it may load
+// libunwind); the crash file is made here. Past the bound (a thread stuck on a lock the
+// crashing thread holds), the report does without: a frame-pointer walk, the modules found
+// through the loader's list.
 void cc_install_rest_at_crash(int64_t bound_ns) {
     uint32_t state = atomic_load(&cc_global.install_rest);
     if (state != CC_REST_PENDING && state != CC_REST_RUNNING) return;
     if (atomic_load(&cc_global.install_rest_tid) == cc_gettid()) return;  // the crash is in the rest itself
-    atomic_store(&cc_global.install_rest_wake, 1);
+    atomic_store(&cc_global.install_rest_wake, CC_REST_WAKE_FOR_CRASH);
     syscall(SYS_futex, &cc_global.install_rest_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     int64_t until = cc_monotonic_ns() + bound_ns;
     for (;;) {
         state = atomic_load(&cc_global.install_rest);
         int64_t left = until - cc_monotonic_ns();
-        if (state == CC_REST_DONE || state == CC_REST_CANCELLED || left <= 0) break;
+        if (state == CC_REST_DONE || state == CC_REST_FOR_REPORT || state == CC_REST_CANCELLED || left <= 0) break;
         struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
         syscall(SYS_futex, &cc_global.install_rest, FUTEX_WAIT_PRIVATE, state, &wait, NULL, 0);
     }
     uint32_t pending = CC_REST_PENDING;
     atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_CANCELLED);
+    state = atomic_load(&cc_global.install_rest);
+    bool helped = state == CC_REST_DONE || state == CC_REST_FOR_REPORT;
     // Without the rest, the sessions of the images this one was exec'd from are ended here.
-    if (atomic_load(&cc_global.install_rest) != CC_REST_DONE) cc_retire_exec_predecessors();
-    // Its thread ends right after: waited for (5 ms at most), so that the report lists the
-    // program's threads only, and a single-threaded program's crash freezes nothing.
+    if (!helped) cc_retire_exec_predecessors();
+    // Its thread ends right after. Not waited for: the report passes over it, so that it lists
+    // the program's threads only, and a single-threaded program's crash freezes nothing.
     pid_t thread = atomic_load(&cc_global.install_rest_thread);
-    if (thread <= 0 || atomic_load(&cc_global.install_rest) != CC_REST_DONE) return;
-    struct timespec tick = {0, 50 * 1000};
-    pid_t pid = getpid();
-    for (int waited = 0; waited < 100 && syscall(SYS_tgkill, pid, thread, 0) == 0; waited++) nanosleep(&tick, NULL);
+    if (thread > 0 && helped) atomic_store(&cc_global.install_rest_leaving, thread);
 }
 
 // MARK: - A hang's snapshot

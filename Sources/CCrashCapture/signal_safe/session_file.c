@@ -79,7 +79,7 @@ static const char cc_zeros[4096];
 // caller turns that into a message when it is allowed to.
 int cc_open_session_file(bool named, const char **step) {
     int err = cc_name_session(step);
-    return err != 0 ? err : cc_create_crash_file(named, step);
+    return err != 0 ? err : cc_create_crash_file(named, true, step);
 }
 
 // A new session's id, start, file names and session record, with no file made yet: the C
@@ -105,8 +105,8 @@ int cc_name_session(const char **step) {
     return cc_build_session_record() ? 0 : EOVERFLOW;
 }
 
-// The crash file of the session named by cc_name_session, its space reserved.
-int cc_create_crash_file(bool named, const char **step) {
+// The crash file of the session named by cc_name_session, its space reserved if `want_space`.
+int cc_create_crash_file(bool named, bool want_space, const char **step) {
     *step = "creating the crash file";
     // Named from install on, locked so that a replaying process knows it belongs to a live
     // session, and removed at exit: a crash then only writes and flushes it, with no name to
@@ -150,11 +150,12 @@ int cc_create_crash_file(bool named, const char **step) {
     *step = "reserving space for the crash file";
     // Never past the file-size limit: posix_fallocate beyond RLIMIT_FSIZE raises SIGXFSZ, which
     // would kill the program we are here to protect. A smaller reservation still holds a report.
-    size_t reserve = cc_global.reserved_bytes;
+    // For a crash that comes first (`want_space` false), nothing: the report is written at once.
+    size_t reserve = want_space ? cc_global.reserved_bytes : 0;
     struct rlimit fsize;
     if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && fsize.rlim_cur < reserve)
         reserve = (size_t)fsize.rlim_cur;
-    int err = reserve < 4096 ? EFBIG : posix_fallocate(fd, 0, (off_t)reserve);
+    int err = !want_space ? 0 : reserve < 4096 ? EFBIG : posix_fallocate(fd, 0, (off_t)reserve);
     if (err == 0) {
         *step = "writing the session record";
         err = cc_write_all(fd, cc_global.session_record, cc_global.session_record_len) != 0 ? errno : 0;

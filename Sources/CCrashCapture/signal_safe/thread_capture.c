@@ -195,6 +195,7 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang) {
             if (name[0] < '0' || name[0] > '9') continue;
             pid_t tid = 0;
             for (const char *p = name; *p >= '0' && *p <= '9'; p++) tid = tid * 10 + (*p - '0');
+            if (tid == atomic_load(&cc_global.install_rest_leaving)) continue;
             cc_threads_total++;
             if (tid == crashing || cc_slot_count >= CC_MAX_THREADS) continue;
             cc_thread_slot *slot = &cc_slots[cc_slot_count++];
