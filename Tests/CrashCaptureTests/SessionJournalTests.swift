@@ -431,7 +431,9 @@ import Testing
         let crashed = makeTemporaryDirectory("exec-late-crash")
         let crashing = try run(
             "/bin/sh", ["-c", "sleep 0.1; exec '\(Paths.cSample)' null-read"],
-            environment: ["CRASHCAPTURE_DIR": crashed, "LD_PRELOAD": Paths.preloadLibrary])
+            environment: [
+                "CRASHCAPTURE_DIR": crashed, "LD_PRELOAD": Paths.preloadLibrary, "CRASH_SAMPLE_NO_INSTALL": "1",
+            ])
         #expect(crashing.signal == SIGSEGV, "\(crashing.stderr)")
         #expect(crashFiles(in: crashed).count == 1, "\(crashFiles(in: crashed))")
         #expect(try run(Paths.crashcap, ["replay", crashed]).exitCode == 0)

@@ -247,14 +247,21 @@ static bool cc_is_exec_predecessor(int directory, const char *name, int64_t star
     if (file < 0) return false;
     char header[CCF_SESSION_FIXED_SIZE];
     bool whole = read(file, header, sizeof(header)) == (ssize_t)sizeof(header);
+    uint64_t pid = 0, ticks = 0;
+    uint32_t lifecycle = 0;
+    if (whole && memcmp(header, CCF_SESSION_MAGIC, 4) == 0) {
+        memcpy(&pid, header + CCF_SESSION_AT_PID, 8);
+        memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
+        memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
+    }
+    bool same_process =
+        pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && lifecycle == CCF_LIFECYCLE_AT_REPLAY;
+    // Exec closed the image's descriptors, and with them its lock. A file still locked is held
+    // in this image: by a second copy of this library (a program that installs through the C
+    // API and runs under the preload library too has two sessions), never a predecessor's.
+    bool predecessor = same_process && flock(file, LOCK_EX | LOCK_NB) == 0;
     close(file);
-    if (!whole || memcmp(header, CCF_SESSION_MAGIC, 4) != 0) return false;
-    uint64_t pid, ticks;
-    uint32_t lifecycle;
-    memcpy(&pid, header + CCF_SESSION_AT_PID, 8);
-    memcpy(&ticks, header + CCF_SESSION_AT_START_TICKS, 8);
-    memcpy(&lifecycle, header + CCF_SESSION_AT_LIFECYCLE, 4);
-    return pid == (uint64_t)getpid() && ticks == cc_global.start_ticks && lifecycle == CCF_LIFECYCLE_AT_REPLAY;
+    return predecessor;
 }
 
 // Removes a predecessor's session file and its crash file, named by the same session id.
