@@ -101,8 +101,9 @@ struct CrashCaptureBenchError: Error, CustomStringConvertible {
 
 /// #32: what a process under the preload library pays for its presence. Variants alternate run
 /// by run, so the machine's drift touches each alike; the wrapper (`env -C DIR`) is the same on
-/// every side.
-func preloadBenchmarks(runs: Int) throws {
+/// every side. `against`: another build of the library (the code before a change, built with
+/// Scripts/build-preload.sh from its commit), measured in the same runs.
+func preloadBenchmarks(runs: Int, against other: String?) throws {
     let preload = URL(fileURLWithPath: buildDirectory + "/../../lib/libCrashCapturePreload.so").standardized.path
     guard FileManager.default.fileExists(atPath: preload) else {
         throw CrashCaptureBenchError("no \(preload): run Scripts/build-preload.sh (Benchmarks/run.sh does)")
@@ -114,6 +115,8 @@ func preloadBenchmarks(runs: Int) throws {
     let minimalDirectory = directory + "/minimal"
     try FileManager.default.createDirectory(atPath: minimalDirectory, withIntermediateDirectories: true)
     let underPreload = ["LD_PRELOAD": preload, "CRASHCAPTURE_DIR": capture]
+    let underOther = other.map { ["LD_PRELOAD": $0, "CRASHCAPTURE_DIR": capture] }
+    if let other, !FileManager.default.fileExists(atPath: other) { throw CrashCaptureBenchError("no \(other)") }
     let underMinimal = ["LD_PRELOAD": minimal, "MINIMAL_HANDLER_DIR": minimalDirectory]
 
     func interleaved(_ program: String, _ variants: [[String: String]]) throws -> [Statistics] {
@@ -124,9 +127,12 @@ func preloadBenchmarks(runs: Int) throws {
                 let (ms, _) = try timedRun("/usr/bin/env", ["-C", directory, program], environment)
                 if round > 0 { times[index].append(ms) }
             }
-            // The crashes' reports would pile up into the directory's bound: each run starts clean.
+            // The crashes' reports would pile up into the directory's bound: each round starts
+            // clean, but for the distinct id, which a directory in use keeps (made again, it
+            // would cost the round's first variant a file's creation that the others skip).
             for folder in [capture, minimalDirectory] {
-                for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+                where name != "distinct_id" {
                     try? FileManager.default.removeItem(atPath: folder + "/" + name)
                 }
             }
@@ -137,14 +143,15 @@ func preloadBenchmarks(runs: Int) throws {
     let empty = try compileC(emptyLibrarySource, named: "empty.so", shared: true)
     let idleThread = try compileC(idleThreadLibrarySource, named: "idle-thread.so", shared: true)
     let trueRuns = try interleaved(
-        "/bin/true", [[:], ["LD_PRELOAD": empty], ["LD_PRELOAD": idleThread], underPreload])
+        "/bin/true",
+        [[:], ["LD_PRELOAD": empty], ["LD_PRELOAD": idleThread], underPreload] + (underOther.map { [$0] } ?? []))
     print("## The cost of being there: /bin/true under the preload library (\(runs) runs each, interleaved, ms)\n")
     print("| variant | median | p90 | added |")
     print("|---|---|---|---|")
     let trueNames = [
         "`env -C DIR /bin/true`", "the same under an empty preloaded library (the floor of any)",
         "the same under a library that only starts one idle thread (the floor of one that defers)",
-        "the same under CrashCapture's preload library",
+        "the same under CrashCapture's preload library", "the same under \(other ?? "")",
     ]
     for (index, (name, statistics)) in zip(trueNames, trueRuns).enumerated() {
         let added = index == 0 ? "" : "+" + format(statistics.median - trueRuns[0].median, 2)
@@ -154,13 +161,13 @@ func preloadBenchmarks(runs: Int) throws {
         "\nadded by the preload library: +\(format(trueRuns[3].median - trueRuns[0].median, 2)) ms (target ≤ +0.3); by a library that only starts an idle thread: +\(format(trueRuns[2].median - trueRuns[0].median, 2)) ms\n"
     )
 
-    let crashRuns = try interleaved(crasher, [[:], underMinimal, underPreload])
+    let crashRuns = try interleaved(crasher, [[:], underMinimal, underPreload] + (underOther.map { [$0] } ?? []))
     print("## A crashing C program (null write), spawn to death (\(runs) runs each, interleaved, ms)\n")
     print("| variant | median | p90 | added |")
     print("|---|---|---|---|")
     let names = [
         "no handler", "minimal handler (libunwind walk, one 8.5 KiB write, fdatasync)",
-        "CrashCapture's preload library",
+        "CrashCapture's preload library", "\(other ?? "")",
     ]
     for (index, (name, statistics)) in zip(names, crashRuns).enumerated() {
         let added = index == 0 ? "" : "+" + format(statistics.median - crashRuns[0].median, 2)

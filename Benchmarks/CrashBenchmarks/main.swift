@@ -23,6 +23,12 @@ func option(_ name: String, default value: Int) -> Int {
     return Int(arguments[index + 1]) ?? value
 }
 
+/// The value of `--name TEXT`, if given.
+func textOption(_ name: String) -> String? {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
 defer { for path in temporaryDirectories { try? FileManager.default.removeItem(atPath: path) } }
 
 switch command {
@@ -33,7 +39,7 @@ case "defaults":
 case "swift-install":
     try swiftInstallBenchmark(runs: option("--runs", default: 30))
 case "preload":
-    try preloadBenchmarks(runs: option("--runs", default: 60))
+    try preloadBenchmarks(runs: option("--runs", default: 60), against: textOption("--against"))
 case "pipeline":
     try pipelineBenchmarks(events: option("--events", default: 400_000))
 case "replay":
@@ -156,7 +162,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N]\n"
+        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] [--against OTHER.so] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N]\n"
             .data(using: .utf8)!)
     exit(64)
 }
