@@ -419,8 +419,11 @@ import Testing
     }
 
     /// A shell that runs a while before it execs (a wrapper script) has made its files by then:
-    /// the image it becomes ends that session, however short its own life or however it ends.
-    @Test func anExecAfterTheFilesWereMadeStillEndsTheSessionBeforeIt() throws {
+    /// the image it becomes ends that session, however short its own life or however it ends:
+    /// exiting before its own files, crashing, or crashing where its install's rest cannot help
+    /// (the loader's lock held, so the crash path does without the rest).
+    @Test(arguments: ["null-read", "loader-lock"])
+    func anExecAfterTheFilesWereMadeStillEndsTheSessionBeforeIt(crash kind: String) throws {
         let directory = makeTemporaryDirectory("exec-late")
         let preload = ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary]
         let quick = try run("/bin/sh", ["-c", "sleep 0.1; exec /bin/true"], environment: preload)
@@ -430,7 +433,7 @@ import Testing
 
         let crashed = makeTemporaryDirectory("exec-late-crash")
         let crashing = try run(
-            "/bin/sh", ["-c", "sleep 0.1; exec '\(Paths.cSample)' null-read"],
+            "/bin/sh", ["-c", "sleep 0.1; exec '\(Paths.cSample)' \(kind)"],
             environment: [
                 "CRASHCAPTURE_DIR": crashed, "LD_PRELOAD": Paths.preloadLibrary, "CRASH_SAMPLE_NO_INSTALL": "1",
             ])

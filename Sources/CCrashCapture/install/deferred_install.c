@@ -49,14 +49,20 @@ static void cc_rest_check_directory(void) {
     if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
 }
 
-// What a report needs beyond the caller's half: how to name a file made at the crash, the
-// signal that asks the other threads for their stacks, the modules and libunwind. Once.
+// What the files need to know of the directory: whether it is at its bound (a crash is then
+// only noted), and how to make a new name durable.
+static void cc_rest_directory_facts(void) {
+    cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
+    cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
+}
+
+// What a report needs beyond the caller's half and the files: the signal that asks the other
+// threads for their stacks, the modules and libunwind. Once. After the files, so that a rest
+// stuck on the loader's lock (held by a crashing thread) has made them.
 static bool cc_rest_report_ready;
 
 static void cc_rest_for_report(void) {
     if (cc_rest_report_ready) return;
-    cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
-    cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
     cc_install_thread_signal();
     cc_detect_container();
     cc_modules_capture();
@@ -99,15 +105,18 @@ static void cc_rest_run_locked(void) {
     }
     cc_crash_path_prepare();
     cc_rest_check_directory();
+    if (!files_made) {
+        cc_rest_directory_facts();
+        cc_rest_files(true);
+    }
     cc_rest_for_report();
-    if (!files_made) cc_rest_files(true);
     cc_process_state_keep_files();
     atomic_store(&cc_global.install_rest, CC_REST_DONE);
     cc_rest_wake_waiters();
 }
 
-// A crash in the process's first milliseconds: its report needs the modules, libunwind and
-// the files, not the crash file's reserved space (the report is written at once), the pages
+// A crash in the process's first milliseconds: its report needs the files, the modules and
+// libunwind, not the crash file's reserved space (the report is written at once), the pages
 // and tables prepared for a later crash, or the kept descriptors: the crash costs that much
 // less.
 static void cc_rest_for_crash(void) {
@@ -116,8 +125,9 @@ static void cc_rest_for_crash(void) {
     uint32_t pending = CC_REST_PENDING;
     if (atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) {
         cc_rest_check_directory();
-        cc_rest_for_report();
+        cc_rest_directory_facts();
         cc_rest_files(false);
+        cc_rest_for_report();
         atomic_store(&cc_global.install_rest, CC_REST_FOR_REPORT);
         cc_rest_wake_waiters();
     }
