@@ -203,7 +203,7 @@ enum cc_install_rest {
     CC_REST_RUNNING = 2,
     CC_REST_DONE = 3,
     CC_REST_CANCELLED = 4,  // the process ended (or a crash came) first: never done
-    CC_REST_FOR_REPORT = 5,  // a crash came first: what its report needs is done, the files are not
+    CC_REST_FOR_REPORT = 5,  // a crash came first: what its report needs is done, and no more will be
 };
 
 // What install_rest_wake holds: the thread sleeps while it is CC_REST_WAKE_NOT_YET.

@@ -57,18 +57,14 @@ static void cc_rest_directory_facts(void) {
 }
 
 // What a report needs beyond the caller's half and the files: the signal that asks the other
-// threads for their stacks, the modules and libunwind. Once. After the files, so that a rest
-// stuck on the loader's lock (held by a crashing thread) has made them.
-static bool cc_rest_report_ready;
-
+// threads for their stacks, the modules and libunwind. After the files, so that a rest stuck
+// on the loader's lock (held by a crashing thread) has made them.
 static void cc_rest_for_report(void) {
-    if (cc_rest_report_ready) return;
     cc_install_thread_signal();
     cc_detect_container();
     cc_modules_capture();
     cc_load_libunwind();
     cc_hook_runtimes();
-    cc_rest_report_ready = true;
 }
 
 // The session file, then the crash file, its space reserved or not. The session file first:
@@ -94,21 +90,12 @@ static void cc_rest_files(bool want_space) {
 // Under cc_rest_lock.
 static void cc_rest_run_locked(void) {
     atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
-    uint32_t state = CC_REST_PENDING;
-    bool files_made = false;
-    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &state, CC_REST_RUNNING)) {
-        // A crash that was handled (a handler of the program's went on) left the rest of the
-        // rest; its crash file stays without reserved space, as one made again at a crash.
-        state = CC_REST_FOR_REPORT;
-        if (!atomic_compare_exchange_strong(&cc_global.install_rest, &state, CC_REST_RUNNING)) return;
-        files_made = true;
-    }
+    uint32_t pending = CC_REST_PENDING;
+    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) return;
     cc_crash_path_prepare();
     cc_rest_check_directory();
-    if (!files_made) {
-        cc_rest_directory_facts();
-        cc_rest_files(true);
-    }
+    cc_rest_directory_facts();
+    cc_rest_files(true);
     cc_rest_for_report();
     cc_process_state_keep_files();
     atomic_store(&cc_global.install_rest, CC_REST_DONE);
@@ -118,7 +105,8 @@ static void cc_rest_run_locked(void) {
 // A crash in the process's first milliseconds: its report needs the files, the modules and
 // libunwind, not the crash file's reserved space (the report is written at once), the pages
 // and tables prepared for a later crash, or the kept descriptors: the crash costs that much
-// less.
+// less. Those are never made after (the crash path uses the pages they would touch); a
+// program whose own handler goes on past the crash keeps a crash file without reserved space.
 static void cc_rest_for_crash(void) {
     pthread_mutex_lock(&cc_rest_lock);
     atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
@@ -136,7 +124,7 @@ static void cc_rest_for_crash(void) {
 
 void cc_install_rest_finish(void) {
     uint32_t state = atomic_load(&cc_global.install_rest);
-    if (state != CC_REST_PENDING && state != CC_REST_RUNNING && state != CC_REST_FOR_REPORT) return;
+    if (state != CC_REST_PENDING && state != CC_REST_RUNNING) return;
     pthread_mutex_lock(&cc_rest_lock);
     cc_rest_run_locked();
     pthread_mutex_unlock(&cc_rest_lock);
@@ -170,7 +158,6 @@ static void *cc_rest_main(void *unused) {
 int cc_install_rest_start(void) {
     atomic_store(&cc_global.install_rest_wake, CC_REST_WAKE_NOT_YET);
     cc_rest_problem[0] = '\0';
-    cc_rest_report_ready = false;
     atomic_store(&cc_global.install_rest, CC_REST_PENDING);
     pthread_attr_t attributes;
     pthread_attr_init(&attributes);
