@@ -229,6 +229,10 @@ void cc_buf_append_hex(cc_buf *b, uint64_t v);
 uint32_t cc_crc32(uint32_t crc, const void *data, size_t n);
 void cc_crc32_prepare(void);
 void cc_touch_pages(void *p, size_t n);
+// Calls `visit` with each name the open directory lists, read with getdents64 into `buffer`
+// (which the names point into): signal-safe. The descriptor's offset moves with it.
+void cc_each_name(int directory, char *buffer, size_t size, void (*visit)(const char *name, void *context),
+                  void *context);
 void cc_crash_path_prepare(void);
 void cc_process_state_prepare(void);
 void cc_threads_prepare(void);

@@ -39,19 +39,16 @@ static void cc_rest_wake_waiters(void) {
     syscall(SYS_futex, &cc_global.install_rest, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
-// The program may have closed our directory's descriptor meanwhile and reused its number
-// (closefrom, as daemons do): the directory is opened again by its path, never written
-// through a descriptor that is now someone else's.
-static void cc_rest_check_directory(void) {
-    if (cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)) return;
-    int dir = open(cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    cc_global.dir_fd = dir >= 0 && cc_holds_file(dir, cc_global.dir_dev, cc_global.dir_ino) ? dir : -1;
-    if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
-}
-
-// What the files need to know of the directory: whether it is at its bound (a crash is then
-// only noted), and how to make a new name durable.
-static void cc_rest_directory_facts(void) {
+// The directory as the files need it. The program may have closed our descriptor meanwhile and
+// reused its number (closefrom, as daemons do): the directory is opened again by its path,
+// never written through a descriptor that is now someone else's. Then whether it is at its
+// bound (a crash is then only noted), and how to make a new name durable.
+static void cc_rest_directory(void) {
+    if (!cc_holds_file(cc_global.dir_fd, cc_global.dir_dev, cc_global.dir_ino)) {
+        int dir = open(cc_global.directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        cc_global.dir_fd = dir >= 0 && cc_holds_file(dir, cc_global.dir_dev, cc_global.dir_ino) ? dir : -1;
+        if (dir >= 0 && cc_global.dir_fd < 0) close(dir);
+    }
     cc_global.over_bound = cc_global.dir_fd >= 0 && cc_directory_is_over_bound(cc_global.dir_fd);
     cc_global.fsync_covers_new_name = cc_global.dir_fd >= 0 && cc_fsync_covers_new_name(cc_global.dir_fd);
 }
@@ -93,8 +90,7 @@ static void cc_rest_run_locked(void) {
     uint32_t pending = CC_REST_PENDING;
     if (!atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) return;
     cc_crash_path_prepare();
-    cc_rest_check_directory();
-    cc_rest_directory_facts();
+    cc_rest_directory();
     cc_rest_files(true);
     cc_rest_for_report();
     cc_process_state_keep_files();
@@ -112,8 +108,7 @@ static void cc_rest_for_crash(void) {
     atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
     uint32_t pending = CC_REST_PENDING;
     if (atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) {
-        cc_rest_check_directory();
-        cc_rest_directory_facts();
+        cc_rest_directory();
         cc_rest_files(false);
         cc_rest_for_report();
         atomic_store(&cc_global.install_rest, CC_REST_FOR_REPORT);

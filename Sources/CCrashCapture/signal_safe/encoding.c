@@ -6,6 +6,7 @@
 #include <link.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -239,6 +240,21 @@ void cc_touch_pages(void *p, size_t n) {
     volatile char *bytes = p;
     for (size_t at = 0; at < n; at += 4096) bytes[at] = 0;
     if (n > 0) bytes[n - 1] = 0;
+}
+
+void cc_each_name(int directory, char *buffer, size_t size, void (*visit)(const char *name, void *context),
+                  void *context) {
+    for (;;) {
+        long got = syscall(SYS_getdents64, directory, buffer, size);
+        if (got <= 0) return;
+        // struct linux_dirent64: inode (8), offset (8), record length (2), type (1), name.
+        for (long at = 0; at < got;) {
+            unsigned short length;
+            memcpy(&length, buffer + at + 16, sizeof(length));
+            visit(buffer + at + 19, context);
+            at += length;
+        }
+    }
 }
 
 bool cc_holds_file(int fd, dev_t dev, ino_t ino) {

@@ -164,20 +164,15 @@ static void cc_append_limit(cc_buf *b, const char *key, int resource, bool first
     }
 }
 
+static void cc_count_descriptor(const char *name, void *count) {
+    if (name[0] != '.') ++*(int *)count;
+}
+
 static int cc_list_open_descriptors(void) {
     int dir = openat(AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) return -1;
     int count = 0;
-    for (;;) {
-        long n = syscall(SYS_getdents64, dir, cc_fd_entries, sizeof(cc_fd_entries));
-        if (n <= 0) break;
-        for (long at = 0; at < n;) {
-            unsigned short length;
-            memcpy(&length, cc_fd_entries + at + 16, sizeof(length));
-            if (cc_fd_entries[at + 19] != '.') count++;
-            at += length;
-        }
-    }
+    cc_each_name(dir, cc_fd_entries, sizeof(cc_fd_entries), cc_count_descriptor, &count);
     close(dir);
     return count - 1;  // the descriptor that listed them
 }

@@ -14,7 +14,6 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -210,14 +209,6 @@ void cc_after_fork_in_child(void) {
 // Such files were written after this process started. A directory not changed since then (its
 // mtime) holds none, and costs one fstat; in one that has, the files last modified before that
 // (every other session's, as a rule) are passed over without being opened.
-struct cc_directory_entry {
-    uint64_t inode;
-    int64_t next;
-    unsigned short length;
-    unsigned char type;
-    char name[];
-};
-
 // Compared a byte at a time: a name may be shorter than the prefix, and ends in the buffer.
 static bool cc_starts_with(const char *name, const char *prefix) {
     for (; *prefix != '\0'; prefix++, name++)
@@ -279,6 +270,17 @@ static void cc_retire_predecessor(int directory, const char *session_name) {
     if (!name.overflow) unlinkat(directory, crash_name, 0);
 }
 
+struct cc_retire_context {
+    int directory;
+    int64_t started_s;
+};
+
+static void cc_retire_if_predecessor(const char *name, void *context) {
+    const struct cc_retire_context *retire = context;
+    if (cc_is_exec_predecessor(retire->directory, name, retire->started_s))
+        cc_retire_predecessor(retire->directory, name);
+}
+
 void cc_retire_exec_predecessors(void) {
     struct timespec wall, boot;
     if (cc_global.clock_ticks <= 0 || cc_global.start_ticks == 0 ||
@@ -291,17 +293,9 @@ void cc_retire_exec_predecessors(void) {
     struct stat directory_info;
     if (fstat(cc_global.dir_fd, &directory_info) != 0 || directory_info.st_mtim.tv_sec < started_s) return;
     // A descriptor of its own: getdents64 moves the offset of the one it reads.
-    int directory = openat(cc_global.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (directory < 0) return;
-    _Alignas(8) char entries[2048];
-    for (;;) {
-        long got = syscall(SYS_getdents64, directory, entries, sizeof(entries));
-        if (got <= 0) break;
-        for (long at = 0; at < got;) {
-            const struct cc_directory_entry *entry = (const struct cc_directory_entry *)(entries + at);
-            at += entry->length;
-            if (cc_is_exec_predecessor(directory, entry->name, started_s)) cc_retire_predecessor(directory, entry->name);
-        }
-    }
-    close(directory);
+    struct cc_retire_context context = {openat(cc_global.dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), started_s};
+    if (context.directory < 0) return;
+    char entries[2048];
+    cc_each_name(context.directory, entries, sizeof(entries), cc_retire_if_predecessor, &context);
+    close(context.directory);
 }

@@ -171,6 +171,30 @@ static const char *cc_why_missed(const cc_thread_slot *slot, int signo) {
     return "did not answer in time";
 }
 
+// One entry of /proc/self/task: a slot for each thread but the crashing one, while there are
+// slots; every thread of the program counted.
+static void cc_list_thread(const char *name, void *crashing) {
+    if (name[0] < '0' || name[0] > '9') return;
+    pid_t tid = 0;
+    for (const char *p = name; *p >= '0' && *p <= '9'; p++) tid = tid * 10 + (*p - '0');
+    if (tid == atomic_load(&cc_global.install_rest_leaving)) return;
+    cc_threads_total++;
+    if (tid == *(pid_t *)crashing || cc_slot_count >= CC_MAX_THREADS) return;
+    cc_thread_slot *slot = &cc_slots[cc_slot_count++];
+    slot->tid = tid;
+    slot->frame_count = 0;
+    slot->unwind_faulted = false;
+    slot->unwound = false;
+    slot->why = NULL;
+    slot->name[0] = '\0';
+    slot->syscall_number = -1;
+    slot->thread_pointer = 0;
+    slot->waits_for = 0;
+    slot->waits_on_lock = 0;
+    slot->task_name[0] = '\0';
+    atomic_store(&slot->state, CC_SLOT_ASKED);
+}
+
 // Lists the threads (up to CC_MAX_THREADS besides the crashing one; the rest are counted)
 // and freezes them; `cc_threads_await` then waits for their contexts until `deadline_ns`
 // (CLOCK_MONOTONIC). The crashing thread does its own work in between, while the others are
@@ -183,36 +207,7 @@ int cc_threads_ask(pid_t crashing, int64_t deadline_ns, bool for_hang) {
     cc_freeze_note = NULL;
     int dir = openat(AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) return 0;
-    for (;;) {
-        long n = syscall(SYS_getdents64, dir, cc_task_entries, sizeof(cc_task_entries));
-        if (n <= 0) break;
-        for (long at = 0; at < n;) {
-            const char *record = cc_task_entries + at;
-            unsigned short length;
-            memcpy(&length, record + 16, sizeof(length));
-            const char *name = record + 19;
-            at += length;
-            if (name[0] < '0' || name[0] > '9') continue;
-            pid_t tid = 0;
-            for (const char *p = name; *p >= '0' && *p <= '9'; p++) tid = tid * 10 + (*p - '0');
-            if (tid == atomic_load(&cc_global.install_rest_leaving)) continue;
-            cc_threads_total++;
-            if (tid == crashing || cc_slot_count >= CC_MAX_THREADS) continue;
-            cc_thread_slot *slot = &cc_slots[cc_slot_count++];
-            slot->tid = tid;
-            slot->frame_count = 0;
-            slot->unwind_faulted = false;
-            slot->unwound = false;
-            slot->why = NULL;
-            slot->name[0] = '\0';
-            slot->syscall_number = -1;
-            slot->thread_pointer = 0;
-            slot->waits_for = 0;
-            slot->waits_on_lock = 0;
-            slot->task_name[0] = '\0';
-            atomic_store(&slot->state, CC_SLOT_ASKED);
-        }
-    }
+    cc_each_name(dir, cc_task_entries, sizeof(cc_task_entries), cc_list_thread, &crashing);
     cc_task_dir = dir;  // kept for the threads that are not captured
     atomic_store(&cc_release_word, 0);
     atomic_store(&cc_answer_word, 0);
