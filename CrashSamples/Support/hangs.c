@@ -89,6 +89,8 @@ static pthread_mutex_t sample_lock_a = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t sample_lock_b = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int sample_locks_held;
 
+// Two bodies, not one helper: each thread's top frame is named for the order it takes the
+// locks in, and the symbolicator would name a shared helper instead, inlined or not.
 __attribute__((noinline)) static void sample_deadlock_take_a_then_b(void) {
     pthread_mutex_lock(&sample_lock_a);
     atomic_fetch_add(&sample_locks_held, 1);
