@@ -157,7 +157,7 @@ let package = Package(
         // Paths to the built samples and helpers to run them, shared by the test targets.
         .target(
             name: "TestSupport",
-            dependencies: ["CrashFileFormat", "CrashSymbolication", "ProcessSupport"],
+            dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "ProcessSupport"],
             path: "Tests/TestSupport"
         ),
         .testTarget(

@@ -11,13 +11,6 @@ import Testing
 /// crashcapture_track: a C program's events wait in its session file (it has no store), survive
 /// a normal exit as well as a crash, and a replay imports them with the session's lifecycle.
 @Suite struct CTrackTests {
-    func stored(_ directory: String) throws -> [[String: Any]] {
-        let store = try EventStore(path: directory + "/events.sqlite")
-        return try store.events(limit: 1000).compactMap {
-            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
-        }
-    }
-
     func sessionFiles(_ directory: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter(SessionFile.isSessionFileName)
     }
@@ -34,7 +27,7 @@ import Testing
         #expect(sessionFiles(directory).count == 1, "the session file keeps the events")
         let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
         #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
-        let events = try stored(directory)
+        let events = try storedEvents(in: directory)
         let tracked = events.filter { $0["event"] as? String == "c_event" }
         #expect(tracked.count == 3)
         #expect(

@@ -14,11 +14,7 @@ import Testing
     func crashedEvent(_ directory: String) throws -> [String: Any] {
         let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
         #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
-        let store = try EventStore(path: directory + "/events.sqlite")
-        let events = try store.events(limit: 1000).compactMap {
-            try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any]
-        }
-        return try #require(events.first { $0["event"] as? String == "$AppCrashed" })
+        return try #require(try storedEvents(in: directory).first { $0["event"] as? String == "$AppCrashed" })
     }
 
     func writeLog(_ directory: String) throws -> (path: String, tail: String) {

@@ -13,14 +13,6 @@ import Testing
 /// processes killed by SIGKILL, crashes and the OOM killer, then the next start or
 /// `crashcap replay`.
 @Suite struct SessionJournalTests {
-    /// Every stored event, read back whole.
-    func storedEvents(_ directory: String) throws -> [[String: Any]] {
-        let store = try EventStore(path: directory + "/events.sqlite")
-        return try store.events(limit: 10_000_000).map {
-            try #require(try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any])
-        }
-    }
-
     func sessionFiles(_ directory: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
             SessionFile.isSessionFileName($0)
@@ -99,7 +91,7 @@ import Testing
                 let replay = try run(Paths.crashcap, ["replay", directory])
                 #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
             }
-            try checkStorm(try storedEvents(directory), acked: acked, session: session)
+            try checkStorm(try storedEvents(in: directory), acked: acked, session: session)
             #expect(sessionFiles(directory).isEmpty, "round \(round): a session file was left behind")
         }
     }
@@ -155,7 +147,7 @@ import Testing
         #expect(aside.contains(SessionFile.fileName(sessionID: session)), "\(field): set aside, not deleted: \(aside)")
         #expect(aside.contains { $0.hasSuffix(".txt") }, "\(field): with a note")
         var seen = [Int](repeating: 0, count: 4)
-        for event in events(try storedEvents(directory), named: "storm_event", session: session) {
+        for event in events(try storedEvents(in: directory), named: "storm_event", session: session) {
             if let thread = property(event, "thread") as? Int { seen[thread] += 1 }
         }
         for thread in 0..<4 {
@@ -173,7 +165,7 @@ import Testing
         #expect(crashed.signal == SIGSEGV)
         let replay = try run(Paths.crashcap, ["replay", directory])
         #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         let tracked = events(stored, named: "sample_event").compactMap { property($0, "index") as? Int }
         #expect(tracked == Array(0..<200))
         #expect(events(stored, named: "$AppStart").count == 1)
@@ -204,12 +196,12 @@ import Testing
         let sessions = try #require(object["sessions"] as? [[String: Any]])
         #expect(sessions.count == 1)
         #expect(sessions.first?["outcome"] as? String == "busy (another process holds it)")
-        #expect(events(try storedEvents(directory), named: "$AppEnd").isEmpty)
+        #expect(events(try storedEvents(in: directory), named: "$AppEnd").isEmpty)
         #expect(sessionFiles(directory).count == 1)
         kill(waiting.pid, SIGKILL)
         #expect(waiting.wait(timeout: 20))
         #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         #expect(events(stored, named: "sample_event").count == 3)
         let end = try #require(events(stored, named: "$AppEnd").first)
         #expect(property(end, "$app_end_reason") as? String == "killed")
@@ -267,7 +259,7 @@ import Testing
         #expect(second.sessions.first?.outcome == .closed)
         #expect(second.sessions.first?.crashFile?.outcome == .imported)
         #expect(second.crashFiles.files.isEmpty)
-        #expect(events(try storedEvents(directory), named: "$AppCrashed").count == 1)
+        #expect(events(try storedEvents(in: directory), named: "$AppCrashed").count == 1)
     }
 
     @Test func aReplayKilledMidwayAndRunAgainNeitherLosesNorRepeats() throws {
@@ -284,7 +276,7 @@ import Testing
         // Once, a storm of 102,000 events passed the store's cap and its oldest were dropped, as
         // the cap says; the storm now stops at 96,000. Should events be missing again, what the
         // directory holds says where they went.
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         if events(stored, named: "$AppStart", session: session).isEmpty {
             Issue.record(
                 "no $AppStart; the directory holds \((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []); the last replay said \(last.stdout) \(last.stderr)"
@@ -302,7 +294,7 @@ import Testing
             #expect(replay.wait(timeout: 60))
             #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
         }
-        try checkStorm(try storedEvents(directory), acked: acked, session: session)
+        try checkStorm(try storedEvents(in: directory), acked: acked, session: session)
     }
 
     /// A journal whose last entry was cut at every byte: the entries before it are imported
@@ -343,7 +335,7 @@ import Testing
                 let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
                 let result = recovery.recover(directory + "/" + name)
                 #expect(result.outcome == .closed)
-                let indexes = try storedEvents(directory).filter { $0["event"] as? String == "sample_event" }.map {
+                let indexes = try storedEvents(in: directory).filter { $0["event"] as? String == "sample_event" }.map {
                     try #require(property($0, "index") as? Int)
                 }
                 let whole = cut >= wholeSize
@@ -361,7 +353,7 @@ import Testing
         #expect(
             result.stdout.contains("child wait status 0\n"),
             "the child did not exit 0 after its track() calls were all dropped")
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         // The parent's 4 before the fork and 4 after; none of the child's.
         let indexes = events(stored, named: "sample_event").compactMap { property($0, "index") as? Int }
         #expect(indexes == [0, 1, 2, 3, 0, 1, 2, 3])
@@ -369,7 +361,7 @@ import Testing
         #expect(events(stored, named: "$AppEnd").count == 1)
         #expect(sessionFiles(directory).isEmpty, "the parent's clean end removed its session file")
         #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
-        #expect(try storedEvents(directory).count == stored.count, "nothing was left for a replay")
+        #expect(try storedEvents(in: directory).count == stored.count, "nothing was left for a replay")
     }
 
     @Test func aSessionFromAnEarlierBootEndsWithReboot() throws {
@@ -387,7 +379,7 @@ import Testing
         #expect(pwrite(fd, otherBoot, otherBoot.count, 152) == otherBoot.count)
         close(fd)
         #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         #expect(events(stored, named: "sample_event").count == 2)
         let ends = events(stored, named: "$AppEnd")
         #expect(ends.count == 1)
@@ -414,7 +406,7 @@ import Testing
         kill(chain.pid, SIGKILL)
         #expect(chain.wait(timeout: 20))
         #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppEnd"])
     }
 
@@ -440,7 +432,7 @@ import Testing
         #expect(crashing.signal == SIGSEGV, "\(crashing.stderr)")
         #expect(crashFiles(in: crashed).count == 1, "\(crashFiles(in: crashed))")
         #expect(try run(Paths.crashcap, ["replay", crashed]).exitCode == 0)
-        let stored = try storedEvents(crashed)
+        let stored = try storedEvents(in: crashed)
         #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppCrashed", "$AppEnd"])
         #expect(events(stored, named: "$AppEnd").map { property($0, "$app_end_reason") as? String } == ["crash"])
     }
@@ -463,7 +455,7 @@ import Testing
         kill(sleeper.pid, SIGKILL)
         #expect(sleeper.wait(timeout: 20))
         #expect(try run(Paths.crashcap, ["replay", directory]).exitCode == 0)
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         #expect(stored.map { $0["event"] as? String } == ["$AppStart", "$AppEnd"])
         #expect(stored.last.map { property($0, "$app_end_reason") as? String } == "killed")
         #expect(stored.allSatisfy { property($0, "$pid") as? Int == Int(sleeper.pid) })
@@ -539,7 +531,7 @@ extension SessionJournalTests {
         #expect(hog.signal == SIGKILL, "the OOM killer ends a process with SIGKILL")
         let replay = try run(Paths.crashcap, ["replay", directory])
         #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
-        let stored = try storedEvents(directory)
+        let stored = try storedEvents(in: directory)
         #expect(events(stored, named: "sample_event").count == 20)
         let ends = events(stored, named: "$AppEnd")
         #expect(ends.count == 1)

@@ -1,3 +1,4 @@
+internal import CrashCapture
 package import CrashFileFormat
 internal import CrashSymbolication
 package import Foundation
@@ -161,6 +162,17 @@ package func verifiedReport(in directory: String, signal: String) throws -> Cras
         throw TestFailure("signal \(report.signalName ?? "none"), expected \(signal)")
     }
     return report
+}
+
+/// Every event in a capture directory's store, each read back whole as JSON.
+package func storedEvents(in directory: String) throws -> [[String: Any]] {
+    let store = try EventStore(path: directory + "/events.sqlite")
+    return try store.events(limit: 10_000_000).map {
+        guard let event = try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any] else {
+            throw TestFailure("a stored event is not a JSON object: \($0.payload.prefix(200))")
+        }
+        return event
+    }
 }
 
 package struct TestFailure: Error, CustomStringConvertible {

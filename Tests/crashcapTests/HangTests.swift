@@ -13,17 +13,10 @@ import Testing
 /// (epoll_wait, nanosleep, poll, sigtimedwait), each counting any EINTR it sees. The report is
 /// read back as an analyst gets it: replayed by `crashcap replay` into the store, frames named.
 @Suite struct HangTests {
-    func storedEvents(_ directory: String) throws -> [[String: Any]] {
-        let store = try EventStore(path: directory + "/events.sqlite")
-        return try store.events(limit: 100_000).map {
-            try #require(try JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any])
-        }
-    }
-
     func replay(_ directory: String) throws -> [[String: Any]] {
         let replay = try run(Paths.crashcap, ["replay", directory], timeout: 120)
         #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
-        return try storedEvents(directory)
+        return try storedEvents(in: directory)
     }
 
     func hangFiles(_ directory: String) -> [String] {
@@ -122,10 +115,6 @@ import Testing
 /// The Swift SDK: a SwiftNIO event loop watched through CrashCaptureNIO, blocked by a handler
 /// that sleeps; the live process imports its own report, names every frame, and ends the hang.
 @Suite struct SwiftHangTests {
-    func storedEvents(_ directory: String) throws -> [[String: Any]] {
-        try HangTests().storedEvents(directory)
-    }
-
     /// The Swift sample's `kind` run to its end under capture (its hang `hangMilliseconds` long
     /// where it has one), with its directory, the events then in its store among them.
     func runSample(_ kind: String, hangMilliseconds: Int? = nil, threshold: Int) throws -> (
@@ -145,7 +134,7 @@ import Testing
         #expect(result.stderr.contains("hang: a watch missed its threshold"), "\(result.stderr)")
         // Imported before the process ended: no hang file is left for a replay.
         #expect(HangTests().hangFiles(directory).isEmpty, "\(crashFiles(in: directory))")
-        let events = try storedEvents(directory)
+        let events = try storedEvents(in: directory)
         let hang = try #require(events.first { $0["event"] as? String == "$AppHang" })
         let facts = HangTests().properties(hang)
         #expect(facts["hang_watch"] as? String == "nio-loop-0")
@@ -170,7 +159,7 @@ import Testing
     @Test func aBlockedMainQueueIsReported() throws {
         let (result, directory) = try runSample("hang-main-queue", hangMilliseconds: 1000, threshold: 300)
         #expect(result.exitCode == 0, "\(result.stderr)")
-        let events = try storedEvents(directory)
+        let events = try storedEvents(in: directory)
         let hang = try #require(events.first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
         let facts = HangTests().properties(hang)
         #expect(facts["hang_watch"] as? String == "main-queue")
@@ -185,7 +174,7 @@ import Testing
         let (result, directory) = try runSample("hang-in-task", hangMilliseconds: 800, threshold: 200)
         #expect(result.exitCode == 0, "\(result.stderr)")
         let hang = try #require(
-            try storedEvents(directory).first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
+            try storedEvents(in: directory).first { $0["event"] as? String == "$AppHang" }, "\(result.stderr)")
         let threads = try #require((hang["hang"] as? [String: Any])?["threads"] as? [[String: Any]])
         let hung = try #require(threads.first { $0["hung"] as? Bool == true })
         #expect(hung["task_name"] as? String == "ingest-loop", "\(hung)")
@@ -199,7 +188,7 @@ import Testing
     @Test func aWatchStoppedTwiceLeavesItsSuccessorWatched() throws {
         let (result, directory) = try runSample("hang-watch-reuse", threshold: 200)
         #expect(result.exitCode == 0, "\(result.stderr)")
-        let hangs = try storedEvents(directory).filter { $0["event"] as? String == "$AppHang" }
+        let hangs = try storedEvents(in: directory).filter { $0["event"] as? String == "$AppHang" }
         #expect(hangs.map { HangTests().properties($0)["hang_watch"] as? String } == ["second"], "\(result.stderr)")
     }
 
@@ -216,7 +205,7 @@ import Testing
         var hang: [String: Any]?
         while hang == nil && Date() < deadline {
             usleep(50_000)
-            hang = (try? storedEvents(directory))?.first { $0["event"] as? String == "$AppHang" }
+            hang = (try? storedEvents(in: directory))?.first { $0["event"] as? String == "$AppHang" }
         }
         kill(child.pid, SIGKILL)
         _ = child.wait(timeout: 10)
