@@ -1,3 +1,4 @@
+import CrashFileFormat
 import Foundation
 import ProcessSupport
 
@@ -119,6 +120,10 @@ func preloadBenchmarks(runs: Int, against other: String?) throws {
     if let other, !FileManager.default.fileExists(atPath: other) { throw CrashCaptureBenchError("no \(other)") }
     let underMinimal = ["LD_PRELOAD": minimal, "MINIMAL_HANDLER_DIR": minimalDirectory]
 
+    // The handler's own time and its flush, from the timing record of each report, by variant.
+    var handlerMs: [Int: [Double]] = [:]
+    var fdatasyncMs: [Int: [Double]] = [:]
+
     func interleaved(_ program: String, _ variants: [[String: String]]) throws -> [Statistics] {
         var times = [[Double]](repeating: [], count: variants.count)
         // One round unmeasured: the page cache and the loader's first lookups.
@@ -126,6 +131,14 @@ func preloadBenchmarks(runs: Int, against other: String?) throws {
             for (index, environment) in variants.enumerated() {
                 let (ms, _) = try timedRun("/usr/bin/env", ["-C", directory, program], environment)
                 if round > 0 { times[index].append(ms) }
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: capture)) ?? []
+                where name.hasPrefix("crash-") {
+                    if round > 0, let timing = try? CrashReport(path: capture + "/" + name).timing {
+                        handlerMs[index, default: []].append(Double(timing.handlerNanoseconds) / 1e6)
+                        fdatasyncMs[index, default: []].append(Double(timing.fdatasyncNanoseconds) / 1e6)
+                    }
+                    try? FileManager.default.removeItem(atPath: capture + "/" + name)
+                }
             }
             // The crashes' reports would pile up into the directory's bound: each round starts
             // clean, but for the distinct id, which a directory in use keeps (made again, it
@@ -173,6 +186,36 @@ func preloadBenchmarks(runs: Int, against other: String?) throws {
         let added = index == 0 ? "" : "+" + format(statistics.median - crashRuns[0].median, 2)
         print("| \(name) | \(format(statistics.median, 2)) | \(format(statistics.percentile(0.9), 2)) | \(added) |")
     }
+    for index in 2..<crashRuns.count {
+        let handler = Statistics(handlerMs[index] ?? []), flush = Statistics(fdatasyncMs[index] ?? [])
+        print(
+            "\(names[index]): the handler's own time (its timing record) \(format(handler.median, 2)) ms median, \(format(handler.percentile(0.9), 2)) p90; its fdatasync \(format(flush.median, 2)) ms"
+        )
+    }
+    // What one new file costs in the capture directory, measured alone, made as the session file
+    // is (a name, O_CREAT) and as the crash file is (unnamed, O_TMPFILE): an early crash makes both.
+    var named: [Double] = []
+    var unnamed: [Double] = []
+    for index in 0..<40 {
+        let path = capture + "/new-file-\(index)"
+        var start = DispatchTime.now().uptimeNanoseconds
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        named.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6)
+        if fd >= 0 { close(fd) }
+        unlink(path)
+        start = DispatchTime.now().uptimeNanoseconds
+        // O_TMPFILE is a C macro Swift does not import: __O_TMPFILE with O_DIRECTORY.
+        let temporary = open(capture, O_WRONLY | 0o20_000_000 | O_DIRECTORY | O_CLOEXEC, 0o600)
+        unnamed.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6)
+        if temporary >= 0 { close(temporary) }
+    }
+    for (how, values) in [("open with O_CREAT", named), ("open with O_TMPFILE", unnamed)] {
+        let statistics = Statistics(values)
+        print(
+            "a new file in the capture directory (\(how), 40 times): \(format(statistics.median, 3)) ms median, \(format(statistics.percentile(0.9), 3)) p90"
+        )
+    }
+    print("")
     let ours = crashRuns[2].median - crashRuns[0].median
     let floor = crashRuns[1].median - crashRuns[0].median
     print(
