@@ -84,45 +84,34 @@ static void cc_rest_files(bool want_space) {
                  strerror(err));
 }
 
-// Under cc_rest_lock.
-static void cc_rest_run_locked(void) {
-    atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
-    uint32_t pending = CC_REST_PENDING;
-    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) return;
-    cc_crash_path_prepare();
-    cc_rest_directory();
-    cc_rest_files(true);
-    cc_rest_for_report();
-    cc_process_state_keep_files();
-    atomic_store(&cc_global.install_rest, CC_REST_DONE);
-    cc_rest_wake_waiters();
-}
-
-// A crash in the process's first milliseconds: its report needs the files, the modules and
-// libunwind, not the crash file's reserved space (the report is written at once), the pages
-// and tables prepared for a later crash, or the kept descriptors: the crash costs that much
-// less. Those are never made after (the crash path uses the pages they would touch); a
-// program whose own handler goes on past the crash keeps a crash file without reserved space.
-static void cc_rest_for_crash(void) {
+// Once, under cc_rest_lock. For a crash in the process's first milliseconds (`for_crash`), only what
+// its report needs: the files, the modules and libunwind; not the crash file's reserved space
+// (the report is written at once), the pages and tables prepared for a later crash, or the
+// kept descriptors, and the crash costs that much less. Those are never made after (the crash
+// path uses the pages they would touch); a program whose own handler goes on past the crash
+// keeps a crash file without reserved space.
+static void cc_rest_run(bool for_crash) {
     pthread_mutex_lock(&cc_rest_lock);
     atomic_store(&cc_global.install_rest_tid, (pid_t)syscall(SYS_gettid));
     uint32_t pending = CC_REST_PENDING;
-    if (atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) {
-        cc_rest_directory();
-        cc_rest_files(false);
-        cc_rest_for_report();
-        atomic_store(&cc_global.install_rest, CC_REST_FOR_REPORT);
-        cc_rest_wake_waiters();
+    if (!atomic_compare_exchange_strong(&cc_global.install_rest, &pending, CC_REST_RUNNING)) {
+        pthread_mutex_unlock(&cc_rest_lock);
+        return;
     }
+    if (!for_crash) cc_crash_path_prepare();
+    cc_rest_directory();
+    cc_rest_files(!for_crash);
+    cc_rest_for_report();
+    if (!for_crash) cc_process_state_keep_files();
+    atomic_store(&cc_global.install_rest, for_crash ? CC_REST_FOR_REPORT : CC_REST_DONE);
+    cc_rest_wake_waiters();
     pthread_mutex_unlock(&cc_rest_lock);
 }
 
 void cc_install_rest_finish(void) {
     uint32_t state = atomic_load(&cc_global.install_rest);
     if (state != CC_REST_PENDING && state != CC_REST_RUNNING) return;
-    pthread_mutex_lock(&cc_rest_lock);
-    cc_rest_run_locked();
-    pthread_mutex_unlock(&cc_rest_lock);
+    cc_rest_run(false);
 }
 
 const char *cc_install_rest_problem(void) { return cc_rest_problem[0] != '\0' ? cc_rest_problem : NULL; }
@@ -143,10 +132,7 @@ static void *cc_rest_main(void *unused) {
             errno == ETIMEDOUT)
             break;
     }
-    if (atomic_load(&cc_global.install_rest_wake) == CC_REST_WAKE_FOR_CRASH)
-        cc_rest_for_crash();
-    else
-        cc_install_rest_finish();
+    cc_rest_run(atomic_load(&cc_global.install_rest_wake) == CC_REST_WAKE_FOR_CRASH);
     return NULL;
 }
 
