@@ -62,8 +62,9 @@ typedef struct cc_module {
 
 typedef struct cc_module_map {
     size_t count;
-    // libswift_Concurrency's addresses, when the process loaded it: a thread with a frame there
-    // runs a Swift task, and only such threads have their async context chain followed.
+    // libswift_Concurrency's addresses when the process loaded it (swift_job_run's when the
+    // program carries the runtime itself): a thread with a frame there runs a Swift task, and
+    // only such threads have their async context chain followed.
     uintptr_t concurrency_start, concurrency_end;
     cc_module modules[CC_MAX_MODULES];
     size_t json_len;
@@ -249,6 +250,16 @@ bool cc_read_build_id(uintptr_t load_bias, const void *phdrs, size_t phnum, char
 // install/modules.c
 int cc_modules_capture(void);
 void cc_find_swift_task_layout(void);
+
+// install/static_swift_runtime.c: what a program linked with --static-swift-stdlib carries of
+// the Swift runtime, from its own symbol table (all 0 for any other program).
+typedef struct cc_static_swift_runtime {
+    uintptr_t job_run_start, job_run_end;  // swift_job_run: a frame there runs a task
+    uintptr_t task_get_current;            // swift_task_getCurrent
+    uintptr_t fatal_message;               // the fatal error message buffer itself
+    uintptr_t fatal_message_function;      // or swift_getFatalErrorMessageBuffer
+} cc_static_swift_runtime;
+const cc_static_swift_runtime *cc_static_swift_runtime_find(void);
 
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);

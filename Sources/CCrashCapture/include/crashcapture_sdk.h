@@ -71,6 +71,11 @@ int crashcapture_set_context_json(const char *key, const char *value_json);
 /// too, as every event after a login does.
 void crashcapture_set_logged_in(int logged_in);
 
+/// Called from inside a task, once, at install: where the Swift runtime is linked into the
+/// program it exports no task metadata, and a running task's own is what names tasks in a
+/// report. 1 when the metadata is known (before or now), 0 when it cannot be learned here.
+int crashcapture_note_current_task(void);
+
 /// The session file's path, or NULL.
 const char *crashcapture_session_file_path(void);
 /// Removes the session file after a clean end whose $AppEnd is in the store.

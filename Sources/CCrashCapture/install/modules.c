@@ -75,12 +75,30 @@ static int cc_add_module(struct dl_phdr_info *info, size_t size, void *context) 
 // debuggers, its tasks' metadata and the version of the layout their fields follow. Only the
 // layout read here (version 1: the job flags 32 bytes in, the innermost status record 104 bytes
 // in, a name record of kind 6 with its text 16 bytes in) is trusted; another leaves names out.
+// A runtime linked into the program (--static-swift-stdlib) exports neither: it came from the
+// toolchain that compiled this file, whose layout is version 1, and its task metadata is
+// learned from a running task (crashcapture_note_current_task).
 void cc_find_swift_task_layout(void) {
+    if (sizeof(void *) != 8) return;
     const unsigned *version = dlsym(RTLD_DEFAULT, "_swift_concurrency_debug_internal_layout_version");
     void *const *metadata = dlsym(RTLD_DEFAULT, "_swift_concurrency_debug_asyncTaskMetadata");
-    if (version == NULL || metadata == NULL || *version != 1 || sizeof(void *) != 8) return;
-    cc_global.swift_task_current = (uintptr_t(*)(void))dlsym(RTLD_DEFAULT, "swift_task_getCurrent");
-    atomic_store(&cc_global.swift_task_metadata, (uintptr_t)*metadata);
+    if (version != NULL && metadata != NULL) {
+        if (*version != 1) return;
+        cc_global.swift_task_current = (uintptr_t(*)(void))dlsym(RTLD_DEFAULT, "swift_task_getCurrent");
+        atomic_store(&cc_global.swift_task_metadata, (uintptr_t)*metadata);
+        return;
+    }
+    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+    if (linked->task_get_current != 0) cc_global.swift_task_current = (uintptr_t(*)(void))linked->task_get_current;
+}
+
+int crashcapture_note_current_task(void) {
+    if (atomic_load(&cc_global.swift_task_metadata) != 0) return 1;
+    if (cc_global.swift_task_current == NULL) return 0;
+    uintptr_t task = cc_global.swift_task_current();
+    if (task == 0) return 0;
+    atomic_store(&cc_global.swift_task_metadata, *(const uintptr_t *)task);
+    return 1;
 }
 
 int cc_modules_capture(void) {
@@ -107,6 +125,11 @@ int cc_modules_capture(void) {
     scan.exe_path[n > 0 ? n : 0] = '\0';
     dl_iterate_phdr(cc_add_module, &scan);
     spare->json_len = scan.json.len;
+    if (spare->concurrency_end == 0) {
+        const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+        spare->concurrency_start = linked->job_run_start;
+        spare->concurrency_end = linked->job_run_end;
+    }
     if (spare->concurrency_end != 0) cc_find_swift_task_layout();
     atomic_store_explicit(&cc_global.module_map, spare, memory_order_release);
     pthread_mutex_unlock(&cc_modules_lock);

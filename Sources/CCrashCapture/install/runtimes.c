@@ -58,7 +58,14 @@ void cc_load_libunwind(void) {
 void cc_hook_runtimes(void) {
     typedef _Atomic(const char *) *(*fatal_buffer_fn)(void);
     fatal_buffer_fn fatal_buffer = (fatal_buffer_fn)dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
-    if (fatal_buffer != NULL) cc_global.swift_fatal_message = fatal_buffer();
+    if (fatal_buffer != NULL) {
+        cc_global.swift_fatal_message = fatal_buffer();
+    } else {
+        const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+        if (linked->fatal_message != 0) cc_global.swift_fatal_message = (_Atomic(const char *) *)linked->fatal_message;
+        else if (linked->fatal_message_function != 0)
+            cc_global.swift_fatal_message = ((fatal_buffer_fn)linked->fatal_message_function)();
+    }
 
     cc_global.set_terminate = (void *(*)(void (*)(void)))dlsym(RTLD_DEFAULT, "_ZSt13set_terminatePFvvE");
     cc_global.cxa_current_exception_type = (void *(*)(void))dlsym(RTLD_DEFAULT, "__cxa_current_exception_type");

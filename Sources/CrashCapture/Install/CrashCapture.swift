@@ -229,6 +229,9 @@ public enum CrashCapture: Sendable {
             throw CrashCaptureError(
                 .installFailed, String(cString: crashcapture_last_error()), path: configuration.directory)
         }
+        // A Swift runtime linked into the program exports no task metadata: one task's own
+        // names the tasks of a report. Elsewhere this returns at once.
+        Task.detached(priority: .utility) { _ = crashcapture_note_current_task() }
     }
 
     /// Restores the handlers that were there before, unless someone replaced ours since, and
