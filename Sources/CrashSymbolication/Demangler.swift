@@ -65,11 +65,36 @@ extension Demangler {
         let full = demangle(name)
         guard let short else { return full }
         // The backtracer leaves the module out; a crash title read away from the binary needs it.
-        guard let dot = full.firstIndex(of: "."), full.startIndex < dot,
-            full[..<dot].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" })
+        // An async function's resume part (where a release build's frame often is) is named
+        // after `... resume partial function for`, and is that function to a reader.
+        var owner = Substring(full)
+        if let range = owner.range(
+            of: #"^\([0-9]+\) (await|suspend) resume partial function for "#, options: .regularExpression)
+        {
+            owner = owner[range.upperBound...]
+        }
+        guard let dot = owner.firstIndex(of: "."), owner.startIndex < dot,
+            owner[..<dot].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" })
         else { return short }
-        let module = full[..<dot]
+        let module = owner[..<dot]
         return short.hasPrefix(module + ".") ? short : module + "." + short
+    }
+
+    /// A Swift name as the backtracer prints it, without the module: the same function in a
+    /// debug and a release build (its async resume parts, its specializations) has one such
+    /// name.
+    public static func stableName(_ name: String) -> String {
+        guard name.hasPrefix("$s") || name.hasPrefix("_$s") || name.hasPrefix("$S") else { return demangle(name) }
+        var short =
+            name.withCString { pointer -> String? in
+                guard let result = _swiftBacktraceDemangle(pointer, strlen(pointer), nil, nil) else { return nil }
+                defer { free(result) }
+                return String(cString: result)
+            } ?? demangle(name)
+        for prefix in ["specialized ", "partial apply for ", "merged "] where short.hasPrefix(prefix) {
+            short.removeFirst(prefix.count)
+        }
+        return short
     }
 
     static func demangleCxx(_ name: String) -> String {

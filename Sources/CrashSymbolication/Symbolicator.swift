@@ -184,31 +184,39 @@ public final class Symbolicator: @unchecked Sendable {
             thread.asyncFrames, owner: thread.asyncOwner, stack: thread.frames, modules: report.modules)
     }
 
-    /// `owner` is a pc of the function whose frame record held the chain. A thread stopped in a
-    /// leaf that makes no frame of its own has its first frame there, and the record is its
-    /// caller's: the stack's second frame.
+    /// `owner` is a pc of the function whose frame record held the chain: the stack's first
+    /// frame, or a return address below it. When it is the first frame, that function may have
+    /// a frame of its own (an async function that trapped) or none (a leaf of libc or the
+    /// runtime that a task called): then the record is that of the first frame below it that
+    /// is not the system's.
     func symbolicateAsyncFrames(
         _ frames: [CrashReport.Frame], owner: CrashReport.Frame?, stack: [CrashReport.Frame],
         modules: [CrashReport.Module]
     ) -> [Symbol] {
         guard let owner, !frames.isEmpty else { return [] }
-        func isAsync(_ frame: CrashReport.Frame, returnAddress: Bool) -> Bool {
-            guard let index = frame.module, index < modules.count, let offset = frame.offset else { return false }
+        func named(_ frame: CrashReport.Frame, returnAddress: Bool) -> Symbol? {
+            guard let index = frame.module, index < modules.count, let offset = frame.offset else { return nil }
             let module = modules[index]
-            let held = symbolicate(
+            return symbolicate(
                 modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: returnAddress)
-            return Self.isSwiftAsync(held.expanded.last?.linkageName ?? held.linkageName)
         }
-        // Stopped in code that makes no frame of its own (libc, a runtime leaf): the record is
-        // that of the first Swift function below it.
-        let leaf = stack.first?.pc == owner.pc
-        let holder =
-            leaf
-            ? stack.dropFirst().prefix(8).first { frame in
-                guard let index = frame.module, index < modules.count else { return false }
-                return !Self.isToolchainOrSystem(modules[index].path)
-            } : owner
-        guard let holder, isAsync(holder, returnAddress: holder.pc != stack.first?.pc) else { return [] }
+        func isAsync(_ symbol: Symbol?) -> Bool {
+            guard let symbol else { return false }
+            return Self.isSwiftAsync(symbol.expanded.last?.linkageName ?? symbol.linkageName)
+        }
+        var holds = false
+        if stack.first?.pc == owner.pc {
+            if isAsync(named(owner, returnAddress: false)) {
+                holds = true
+            } else {
+                let caller = stack.dropFirst().prefix(8).lazy.map { named($0, returnAddress: true) }
+                    .first { $0.map { $0.role != .system } ?? false }
+                holds = isAsync(caller ?? nil)
+            }
+        } else {
+            holds = isAsync(named(owner, returnAddress: true))
+        }
+        guard holds else { return [] }
         return frames.map { frame in
             guard let index = frame.module, index < modules.count, let offset = frame.offset else {
                 return Symbol(module: "???", note: "address outside every known module")
@@ -216,11 +224,6 @@ public final class Symbolicator: @unchecked Sendable {
             let module = modules[index]
             return symbolicate(modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: false)
         }
-    }
-
-    /// libc, the loader and the toolchain's libraries: never the app's async function.
-    static func isToolchainOrSystem(_ path: String) -> Bool {
-        CrashFingerprint.isSystemModule((path as NSString).lastPathComponent)
     }
 
     /// Whether a mangled Swift name is an async function or one of its resume partial
@@ -278,7 +281,8 @@ public final class Symbolicator: @unchecked Sendable {
                 return Symbol(module: name, note: "no symbol covers this address")
             }
             return Symbol(
-                function: displayName(symbol.name), linkageName: symbol.name,
+                function: Self.naming(closure: displayName(symbol.name), file: nil, module: name),
+                linkageName: symbol.name,
                 offsetInFunction: isReturnAddress && offset > 0 ? within + 1 : within, module: name)
         case .elfutils(let module):
             var symbol = Symbol(module: name)
@@ -294,17 +298,19 @@ public final class Symbolicator: @unchecked Sendable {
                 symbol.file = outer.file
                 symbol.line = outer.line
                 symbol.column = outer.column
-                symbol.inlined = chain.dropLast().map {
+                symbol.function = symbol.function.map { Self.naming(closure: $0, file: outer.file, module: name) }
+                symbol.inlined = chain.dropLast().map { frame in
                     SourceFrame(
-                        function: $0.function.map(displayName), linkageName: $0.function, file: $0.file,
-                        line: $0.line, column: $0.column)
+                        function: frame.function.map {
+                            Self.naming(closure: displayName($0), file: frame.file, module: name)
+                        }, linkageName: frame.function, file: frame.file, line: frame.line, column: frame.column)
                 }
             }
             // The symbol tables (.symtab, .dynsym, MiniDebugInfo) only where DWARF had no name:
             // libdwfl searches them linearly.
             if symbol.function == nil, let (linkage, within) = module.symbol(at: address) {
                 symbol.linkageName = linkage
-                symbol.function = displayName(linkage)
+                symbol.function = Self.naming(closure: displayName(linkage), file: nil, module: name)
                 symbol.offsetInFunction = isReturnAddress && offset > 0 ? within + 1 : within
             }
             if symbol.function == nil { symbol.note = "no symbol covers this address" }
@@ -314,6 +320,14 @@ public final class Symbolicator: @unchecked Sendable {
 
     private func displayName(_ linkage: String) -> String {
         options.fullSwiftNames ? Demangler.demangle(linkage) : Demangler.shortName(linkage)
+    }
+
+    /// A closure of top-level code has an empty parent context (`closure #7 in `): it is named
+    /// by its file instead (`closure #7 in main.swift`), or by its module when no file is known.
+    static func naming(closure name: String, file: String?, module: String) -> String {
+        guard name.hasSuffix(" in ") || name.hasSuffix(" in") else { return name }
+        let place = file.map { ($0 as NSString).lastPathComponent } ?? module
+        return name.hasSuffix(" ") ? name + place : name + " " + place
     }
 
     private func module(path: String, buildID: String) -> LoadedModule {

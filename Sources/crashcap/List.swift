@@ -104,14 +104,11 @@ extension Crashcap {
                 guard let contents = try? CrashFileReader.read(handle) else { continue }
                 let report = CrashReport(path: folder.path(of: name), contents: contents)
                 guard let crashed = report.crashed else { continue }
-                let named = symbolicator.symbolicate(report)
-                let signal = report.signalName ?? "crash"
+                let summary = symbolicator.summary(of: report)
                 crashes.append(
                     Crash(
-                        timeMilliseconds: (crashed["time"] as? NSNumber)?.int64Value ?? 0, signal: signal,
-                        title: CrashFingerprint.title(signal: signal, symbols: named, frames: report.frames),
-                        fingerprint: CrashFingerprint.fingerprint(
-                            signal: signal, symbols: named, frames: report.frames),
+                        timeMilliseconds: (crashed["time"] as? NSNumber)?.int64Value ?? 0,
+                        signal: report.signalName ?? "crash", title: summary.title, fingerprint: summary.fingerprint,
                         appVersion: report.properties["$app_version"] as? String ?? "", place: "pending"))
             }
             return crashes

@@ -73,12 +73,8 @@ enum ReportRendering {
             signal += " at \(address)"
         }
         lines.append("\(style.bold("signal")):   \(style.red(signal))")
-        let signalName = report.signalName ?? "crash"
-        lines.append(
-            "\(style.bold("title")):    \(CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames))  "
-                + style.dim(
-                    "fingerprint \(CrashFingerprint.fingerprint(signal: signalName, symbols: symbols, frames: report.frames))"
-                ))
+        let summary = symbolicator.summary(of: report, symbols: symbols)
+        lines.append("\(style.bold("title")):    \(summary.title)  " + style.dim("fingerprint \(summary.fingerprint)"))
         let threadName = properties["crash_thread_name"] as? String ?? ""
         let main = properties["crash_main_thread"] as? Bool == true ? " (main thread)" : ""
         lines.append("\(style.bold("thread")):   \(properties["crash_tid"] ?? "?") \"\(threadName)\"\(main)")
@@ -150,10 +146,8 @@ enum ReportRendering {
         var shownModules = Set<Int>()
         if let hung = report.hungThread {
             let symbols = symbolicator.symbolicate(hung, in: report)
-            let signal = deadlock ? "Deadlock" : "Hang"
-            lines.append(
-                "\(style.bold("title")):    \(CrashFingerprint.title(signal: signal, symbols: symbols, frames: hung.frames))"
-            )
+            let summary = symbolicator.summary(ofHung: hung, in: report, signal: deadlock ? "Deadlock" : "Hang")
+            lines.append("\(style.bold("title")):    \(summary.title)")
             let main = properties["hang_main_thread"] as? Bool == true ? " (main thread)" : ""
             lines.append("\(style.bold("thread")):   \(hung.tid) \"\(hung.name)\"\(main), the watch's")
             lines.append(style.bold("frames") + ":")
@@ -210,7 +204,7 @@ enum ReportRendering {
             }
             var line = indent + String(format: "#%-3d [async] 0x%016llx ", index, frame.pc) + symbol.module
             if let function = symbol.function {
-                line += "  " + style.bold(function)
+                line += "  " + style.bold(function) + style.dim(marks(inlined: false, role: symbol.role))
                 if let location = symbol.source.location { line += style.dim(" at " + location) }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
@@ -242,10 +236,17 @@ enum ReportRendering {
         return lines
     }
 
-    /// A frame of libc, the loader, a runtime or CrashCapture, or the program's `_start`.
+    /// A frame that is the system's through and through (``FrameRole``: libc, the loader, the
+    /// runtimes wherever they were linked, inlined standard-library code), or the program's
+    /// `_start`: folded unless `--all-frames`.
     static func isSystemFrame(_ symbol: Symbolicator.Symbol) -> Bool {
-        CrashFingerprint.isSystemModule(symbol.module) || symbol.function == "_start"
+        symbol.roles.allSatisfy { $0 == .system } || symbol.function == "_start"
             || symbol.function == "cc_thread_trampoline"
+    }
+
+    /// The backtracer's marks for one function of a frame: `[inlined]`, `[system]`, `[thunk]`.
+    static func marks(inlined: Bool, role: FrameRole) -> String {
+        (inlined ? " [inlined]" : "") + (role == .system ? " [system]" : role == .thunk ? " [thunk]" : "")
     }
 
     /// The crashing thread's registers, four to a line, in the order the architecture's
@@ -309,14 +310,16 @@ enum ReportRendering {
             flushHidden()
             if let module = frame.module { shownModules.insert(module) }
             var line = indent + String(format: "#%-3d 0x%016llx ", index, frame.pc) + symbol.module
-            for inlined in symbol.inlined {
+            let roles = symbol.roles
+            for (inlined, role) in zip(symbol.inlined, roles) {
                 // The functions the compiler inlined here, innermost first, then their caller.
                 lines.append(
                     line + "  " + style.bold(inlined.function ?? "?")
-                        + style.dim(" [inlined]" + (inlined.location.map { " at " + $0 } ?? "")))
+                        + style.dim(marks(inlined: true, role: role) + (inlined.location.map { " at " + $0 } ?? "")))
             }
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
+                line += style.dim(marks(inlined: false, role: roles.last ?? .app))
                 if let location = symbol.source.location { line += style.dim(" at " + location) }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
@@ -454,10 +457,11 @@ enum ReportRendering {
             }
             return entry
         }
-        let signalName = report.signalName ?? "crash"
-        object["fingerprint"] = CrashFingerprint.fingerprint(
-            signal: signalName, symbols: symbols, frames: report.frames)
-        object["title"] = CrashFingerprint.title(signal: signalName, symbols: symbols, frames: report.frames)
+        let summary = symbolicator.summary(of: report, symbols: symbols)
+        object["fingerprint"] = summary.fingerprint
+        object["fingerprint_version"] = CrashFingerprint.version
+        object["title"] = summary.title
+        if let reason = summary.reason { object["message"] = reason }
         let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: report)
         if !asyncSymbols.isEmpty {
             object["async_frames"] = zip(report.asyncFrames, asyncSymbols).map { frame, symbol in

@@ -364,10 +364,11 @@ package struct CrashReplayer: Sendable {
             properties["crash_fdatasync_ms"] = Double(timing.fdatasyncNanoseconds) / 1e6
         }
         properties["app_crashed_reason"] = Self.reason(report: report, symbols: symbols)
-        let signal = report.signalName ?? "crash"
-        properties["crash_fingerprint"] = CrashFingerprint.fingerprint(
-            signal: signal, symbols: symbols, frames: report.frames)
-        properties["crash_title"] = CrashFingerprint.title(signal: signal, symbols: symbols, frames: report.frames)
+        let summary = symbolicator.summary(of: report, symbols: symbols)
+        properties["crash_fingerprint"] = summary.fingerprint
+        properties["crash_fingerprint_version"] = CrashFingerprint.version
+        properties["crash_title"] = summary.title
+        if let reason = summary.reason { properties["crash_message"] = String(reason.prefix(1024)) }
         if !breadcrumbs.isEmpty { properties["crash_breadcrumbs"] = breadcrumbs }
         if let context = contextJSON.flatMap({ JSONTree.object(Array($0.utf8)) }), !context.isEmpty {
             properties["crash_context"] = context
@@ -428,9 +429,10 @@ package struct CrashReplayer: Sendable {
                 if let file = symbol.file { line += " \(file)" + (symbol.line.map { ":\($0)" } ?? "") }
                 lines.append(line)
             }
-            properties["hang_fingerprint"] = CrashFingerprint.fingerprint(
-                signal: signal, symbols: symbols, frames: hung.frames)
-            properties["hang_title"] = CrashFingerprint.title(signal: signal, symbols: symbols, frames: hung.frames)
+            let summary = symbolicator.summary(ofHung: hung, in: report, signal: signal)
+            properties["hang_fingerprint"] = summary.fingerprint
+            properties["hang_fingerprint_version"] = CrashFingerprint.version
+            properties["hang_title"] = summary.title
         } else {
             properties["hang_title"] = signal + ": watch " + watch
         }
@@ -450,12 +452,16 @@ package struct CrashReplayer: Sendable {
         if linkageNames, let linkage = symbol.linkageName { object["linkage_name"] = linkage }
         if let within = symbol.offsetInFunction { object["function_offset"] = within }
         object.merge(sourceObject(file: symbol.file, line: symbol.line, column: symbol.column)) { $1 }
+        // Whose each function is (FrameRole): `system` or `thunk`; the app's are unmarked.
+        let roles = symbol.roles
+        if let role = roles.last, role != .app { object["role"] = role.rawValue }
         if !symbol.inlined.isEmpty {
             // Innermost first, as a debugger prints them, each positioned where it was reached.
-            object["inlined"] = symbol.inlined.map { frame -> [String: Any] in
+            object["inlined"] = zip(symbol.inlined, roles).map { frame, role -> [String: Any] in
                 var entry = sourceObject(file: frame.file, line: frame.line, column: frame.column)
                 if let function = frame.function { entry["function"] = function }
                 if linkageNames, let linkage = frame.linkageName { entry["linkage_name"] = linkage }
+                if role != .app { entry["role"] = role.rawValue }
                 return entry
             }
         }
