@@ -19,6 +19,9 @@ swift build
 swift build -c release --disable-default-traits --product crash-sample-swift
 swift build -c release --disable-default-traits --product crash-sample-c
 Scripts/build-preload.sh
+# A server-shaped app outside this package, debug, release and release with the Swift runtime
+# linked in: the tests judge its crash reports beside the Swift runtime backtracer's.
+Scripts/build-server-sample.sh
 # An app outside this package, against the CrashCapture product alone: the tests check what it
 # links and that it works.
 # SwiftPM can miss a source file added to a path dependency and reuse its old build plan: the
