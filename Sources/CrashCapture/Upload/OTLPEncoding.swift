@@ -207,10 +207,14 @@ package enum OTLPEncoding {
                 if let name = properties["crash_thread_name"] as? String {
                     attributes.append(attribute("thread.name", name))
                 }
+                // The app's innermost function: inlined ones first, and none the replay marked
+                // as the system's (`role`), wherever the runtime was linked.
                 let frames = crash["frames"] as? [[String: Any]] ?? []
-                if let top = frames.first(where: { frame in
-                    !CrashFingerprint.isSystemModule(frame["module_name"] as? String ?? "") && frame["function"] != nil
-                }) {
+                let functions = frames.flatMap { frame -> [[String: Any]] in
+                    guard !CrashFingerprint.isSystemModule(frame["module_name"] as? String ?? "") else { return [] }
+                    return (frame["inlined"] as? [[String: Any]] ?? []) + [frame]
+                }
+                if let top = functions.first(where: { $0["role"] == nil && $0["function"] != nil }) {
                     // The names the issue and older receivers use, and those of semantic conventions 1.30.
                     if let function = top["function"] as? String {
                         attributes.append(attribute("code.function", function))
