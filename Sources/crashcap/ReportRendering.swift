@@ -190,28 +190,35 @@ enum ReportRendering {
             + asyncFrameLines(report.asyncFrames, symbols: symbols, options: options, style: style, indent: "  ")
     }
 
-    /// `[async]` frames, system ones folded unless `--all-frames`.
+    /// `[async]` frames, each run of system ones folded where it stands unless `--all-frames`.
     static func asyncFrameLines(
         _ frames: [CrashReport.Frame], symbols: [Symbolicator.Symbol], options: RenderOptions, style: TextStyle,
         indent: String
     ) -> [String] {
         var lines: [String] = []
         var hidden = 0
+        func flushHidden() {
+            if hidden > 0 { lines.append(style.dim(indent + "... \(hidden) system frame\(hidden == 1 ? "" : "s")")) }
+            hidden = 0
+        }
         for (index, (frame, symbol)) in zip(frames, symbols).enumerated() {
             if !options.allFrames && isSystemFrame(symbol) {
                 hidden += 1
                 continue
             }
+            flushHidden()
             var line = indent + String(format: "#%-3d [async] 0x%016llx ", index, frame.pc) + symbol.module
             if let function = symbol.function {
-                line += "  " + style.bold(function) + style.dim(marks(inlined: false, role: symbol.role))
+                line +=
+                    "  " + style.bold(function)
+                    + style.dim(marks(inlined: false, role: symbol.role, module: symbol.module))
                 if let location = symbol.source.location { line += style.dim(" at " + location) }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
             }
             lines.append(line)
         }
-        if hidden > 0 { lines.append(style.dim(indent + "... \(hidden) system frame\(hidden == 1 ? "" : "s")")) }
+        flushHidden()
         return lines
     }
 
@@ -245,8 +252,11 @@ enum ReportRendering {
     }
 
     /// The backtracer's marks for one function of a frame: `[inlined]`, `[system]`, `[thunk]`.
-    static func marks(inlined: Bool, role: FrameRole) -> String {
-        (inlined ? " [inlined]" : "") + (role == .system ? " [system]" : role == .thunk ? " [thunk]" : "")
+    /// `[system]` only where the module does not already say it: code of the standard library or
+    /// the runtimes inside the app's own binary.
+    static func marks(inlined: Bool, role: FrameRole, module: String) -> String {
+        let system = role == .system && !CrashFingerprint.isSystemModule(module)
+        return (inlined ? " [inlined]" : "") + (system ? " [system]" : role == .thunk ? " [thunk]" : "")
     }
 
     /// The crashing thread's registers, four to a line, in the order the architecture's
@@ -315,11 +325,13 @@ enum ReportRendering {
                 // The functions the compiler inlined here, innermost first, then their caller.
                 lines.append(
                     line + "  " + style.bold(inlined.function ?? "?")
-                        + style.dim(marks(inlined: true, role: role) + (inlined.location.map { " at " + $0 } ?? "")))
+                        + style.dim(
+                            marks(inlined: true, role: role, module: symbol.module)
+                                + (inlined.location.map { " at " + $0 } ?? "")))
             }
             if let function = symbol.function {
                 line += "  " + style.bold(function) + " + \(symbol.offsetInFunction ?? 0)"
-                line += style.dim(marks(inlined: false, role: roles.last ?? .app))
+                line += style.dim(marks(inlined: false, role: roles.last ?? .app, module: symbol.module))
                 if let location = symbol.source.location { line += style.dim(" at " + location) }
             } else if let offset = frame.offset {
                 line += " +0x" + String(offset, radix: 16)
