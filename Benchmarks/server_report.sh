@@ -54,7 +54,10 @@ for frame in report.get("frames", []):
 async_names = [f.get("function", "?") for f in report.get("async_frames", [])]
 names += async_names
 print(f"  /{route}: {report.get('title')}  fingerprint {report.get('fingerprint')}")
-print(f"    async callers ({len(async_names)}): " + " <- ".join(n for n in async_names if n)[:600])
+print(f"    async callers: {len(async_names)}")
+for name in ["handleCheckout(_:)" if route == "checkout" else "handleRefund(_:)", "CallbackResponder.respond(to:context:)",
+             "RouterResponder.respond(to:context:)", "HTTPChannelHandler.handleHTTP(", "Server.run("]:
+    print(f"    {name}: {'in the report' if any(name in n for n in names) else 'MISSING'}")
 text = open(theirs_path).read()
 lines = text.split("\n")
 start = next((i for i, l in enumerate(lines) if l.startswith("Thread ") and l.endswith(" crashed:")), None)
