@@ -496,6 +496,7 @@ enum ReportRendering {
                 "crashed_too": thread.crashedToo, "captured": thread.captured,
             ]
             if let why = thread.whyNotCaptured { entry["why"] = why }
+            if let task = thread.taskName { entry["task_name"] = task }
             if !thread.crashed {
                 let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
                 if !asyncNamed.isEmpty {

@@ -239,6 +239,20 @@ enum BacktracerOutput {
         #expect(!checkout.contains(refund.report["fingerprint"] as? String ?? "?"))
     }
 
+    /// Another thread's task, in a release build: its thread's stack carries the task's
+    /// [async] callers and its name, as the crashing thread's does.
+    @Test func anotherThreadsTaskKeepsItsCallersInRelease() throws {
+        let crash = try ourReport(
+            SwiftCrash(
+                binary: SwiftBuilds.crashSample("release"), argument: "swift-async-other-task", label: "",
+                isStatic: false))
+        let threads = crash.report["threads"] as? [[String: Any]] ?? []
+        let spinner = try #require(threads.first { $0["task_name"] as? String == "spinner" }, "\(threads)")
+        let callers = (spinner["async_frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+        #expect(callers.first?.contains("spinLevel2") == true, "\(callers)")
+        #expect(callers.dropFirst().first?.contains("spinLevel1") == true, "\(callers)")
+    }
+
     /// A release server's handler that blocks: the hang names it, with the request's async path.
     @Test(arguments: ["release", "static"]) func aBlockedHandlerIsNamedWithItsAsyncCallers(_ variant: String) throws {
         let directory = makeTemporaryDirectory("server-hang")
