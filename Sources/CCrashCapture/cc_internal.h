@@ -259,7 +259,9 @@ typedef struct cc_static_swift_runtime {
     uintptr_t fatal_message;               // the fatal error message buffer itself
     uintptr_t fatal_message_function;      // or swift_getFatalErrorMessageBuffer
 } cc_static_swift_runtime;
+// Reads the symbol table the first time (blocking); `known` never reads: all 0 until then.
 const cc_static_swift_runtime *cc_static_swift_runtime_find(void);
+const cc_static_swift_runtime *cc_static_swift_runtime_known(void);
 
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);
@@ -304,6 +306,7 @@ void cc_step_done(int step);
 // libunwind and the Swift and C++ runtimes' hooks (install/runtimes.c).
 void cc_load_libunwind(void);
 void cc_hook_runtimes(void);
+void cc_hook_static_fatal_message(void);
 void cc_unhook_runtimes(void);
 // The static properties and the `lib` object, from the configuration (0), or -1 with the error set.
 int cc_build_static_json(const crashcapture_config *config);

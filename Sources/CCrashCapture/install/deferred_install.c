@@ -59,6 +59,7 @@ static void cc_rest_directory(void) {
 static void cc_rest_for_report(void) {
     cc_install_thread_signal();
     cc_detect_container();
+    cc_static_swift_runtime_find();  // this thread is not the caller's: the symbol table now
     cc_modules_capture();
     cc_load_libunwind();
     cc_hook_runtimes();

@@ -88,11 +88,20 @@ void cc_find_swift_task_layout(void) {
         atomic_store(&cc_global.swift_task_metadata, (uintptr_t)*metadata);
         return;
     }
-    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+    const cc_static_swift_runtime *linked = cc_static_swift_runtime_known();
     if (linked->task_get_current != 0) cc_global.swift_task_current = (uintptr_t(*)(void))linked->task_get_current;
 }
 
 int crashcapture_note_current_task(void) {
+    // A runtime linked into the program: its symbols now, then the module list and the fatal
+    // message buffer again with them (the install made both without, not to read them on the
+    // caller's thread).
+    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
+    if (linked->job_run_end != 0 && map != NULL && map->concurrency_end == 0) {
+        cc_modules_capture();
+        cc_hook_static_fatal_message();
+    }
     if (atomic_load(&cc_global.swift_task_metadata) != 0) return 1;
     if (cc_global.swift_task_current == NULL) return 0;
     uintptr_t task = cc_global.swift_task_current();
@@ -126,7 +135,7 @@ int cc_modules_capture(void) {
     dl_iterate_phdr(cc_add_module, &scan);
     spare->json_len = scan.json.len;
     if (spare->concurrency_end == 0) {
-        const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+        const cc_static_swift_runtime *linked = cc_static_swift_runtime_known();
         spare->concurrency_start = linked->job_run_start;
         spare->concurrency_end = linked->job_run_end;
     }

@@ -58,14 +58,8 @@ void cc_load_libunwind(void) {
 void cc_hook_runtimes(void) {
     typedef _Atomic(const char *) *(*fatal_buffer_fn)(void);
     fatal_buffer_fn fatal_buffer = (fatal_buffer_fn)dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
-    if (fatal_buffer != NULL) {
-        cc_global.swift_fatal_message = fatal_buffer();
-    } else {
-        const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
-        if (linked->fatal_message != 0) cc_global.swift_fatal_message = (_Atomic(const char *) *)linked->fatal_message;
-        else if (linked->fatal_message_function != 0)
-            cc_global.swift_fatal_message = ((fatal_buffer_fn)linked->fatal_message_function)();
-    }
+    if (fatal_buffer != NULL) cc_global.swift_fatal_message = fatal_buffer();
+    else cc_hook_static_fatal_message();
 
     cc_global.set_terminate = (void *(*)(void (*)(void)))dlsym(RTLD_DEFAULT, "_ZSt13set_terminatePFvvE");
     cc_global.cxa_current_exception_type = (void *(*)(void))dlsym(RTLD_DEFAULT, "__cxa_current_exception_type");
@@ -73,6 +67,17 @@ void cc_hook_runtimes(void) {
         cc_exception_message_prepare();
         cc_global.previous_terminate = (void (*)(void))cc_global.set_terminate(cc_terminate_handler);
     }
+}
+
+// The buffer of a runtime linked into the program, once its symbols were read.
+void cc_hook_static_fatal_message(void) {
+    typedef _Atomic(const char *) *(*fatal_buffer_fn)(void);
+    const cc_static_swift_runtime *linked = cc_static_swift_runtime_known();
+    _Atomic(const char *) *buffer = NULL;
+    if (linked->fatal_message != 0) buffer = (_Atomic(const char *) *)linked->fatal_message;
+    else if (linked->fatal_message_function != 0) buffer = ((fatal_buffer_fn)linked->fatal_message_function)();
+    // The crash path reads it with one load: a whole pointer, stored at once.
+    if (buffer != NULL) __atomic_store_n(&cc_global.swift_fatal_message, buffer, __ATOMIC_RELEASE);
 }
 
 void cc_unhook_runtimes(void) {

@@ -3,12 +3,17 @@
 // ones nothing calls (swift_getFatalErrorMessageBuffer, the debugger's task metadata). dlsym
 // then finds no swift_job_run, no task accessor and no fatal error buffer, and no module is
 // libswift_Concurrency. Their addresses are read once from the program's own symbol table
-// (.symtab, kept by `swift build` in release too), at install, off the crash path.
+// (.symtab, kept by `swift build` in release too), once, off the caller's thread (reading the
+// tables of a 75 MB server costs a few milliseconds): by the C install's deferred rest, or by
+// the Swift install's first task (crashcapture_note_current_task). Until then the module list
+// has no swift_job_run and crashes have no other thread's task callers.
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,6 +23,7 @@
 
 static cc_static_swift_runtime cc_static_runtime;
 static pthread_once_t cc_static_runtime_once = PTHREAD_ONCE_INIT;
+static _Atomic bool cc_static_runtime_scanned;
 
 static int cc_note_executable_bias(struct dl_phdr_info *info, size_t size, void *context) {
     (void)size;
@@ -96,7 +102,17 @@ static void cc_find_static_swift_runtime(void) {
     close(fd);
 }
 
+static void cc_scan_once(void) {
+    cc_find_static_swift_runtime();
+    atomic_store(&cc_static_runtime_scanned, true);
+}
+
 const cc_static_swift_runtime *cc_static_swift_runtime_find(void) {
-    pthread_once(&cc_static_runtime_once, cc_find_static_swift_runtime);
+    pthread_once(&cc_static_runtime_once, cc_scan_once);
     return &cc_static_runtime;
+}
+
+const cc_static_swift_runtime *cc_static_swift_runtime_known(void) {
+    static const cc_static_swift_runtime none;
+    return atomic_load(&cc_static_runtime_scanned) ? &cc_static_runtime : &none;
 }
