@@ -196,6 +196,10 @@ typedef struct cc_state {
     // and its swift_task_getCurrent, for the names of tasks (cc_find_swift_task_layout).
     _Atomic uintptr_t swift_task_metadata;
     uintptr_t (*swift_task_current)(void);
+    // 1 while a thread reads the symbol table of a program that carries the Swift runtime
+    // (install/static_swift_runtime.c), a futex word a crash waits on; and that thread.
+    _Atomic uint32_t static_runtime_reading;
+    _Atomic pid_t static_runtime_reader_tid;
 } cc_state;
 
 enum cc_install_rest {

@@ -204,19 +204,12 @@ public final class Symbolicator: @unchecked Sendable {
             guard let symbol else { return false }
             return Self.isSwiftAsync(symbol.expanded.last?.linkageName ?? symbol.linkageName)
         }
-        var holds = false
-        if stack.first?.pc == owner.pc {
-            if isAsync(named(owner, returnAddress: false)) {
-                holds = true
-            } else {
-                let caller = stack.dropFirst().prefix(8).lazy.map { named($0, returnAddress: true) }
-                    .first { $0.map { $0.role != .system } ?? false }
-                holds = isAsync(caller ?? nil)
-            }
-        } else {
-            holds = isAsync(named(owner, returnAddress: true))
+        var holder = named(owner, returnAddress: stack.first?.pc != owner.pc)
+        if stack.first?.pc == owner.pc, !isAsync(holder) {
+            holder = stack.dropFirst().prefix(8).lazy.compactMap { named($0, returnAddress: true) }
+                .first { $0.role != .system }
         }
-        guard holds else { return [] }
+        guard isAsync(holder) else { return [] }
         return frames.map { frame in
             guard let index = frame.module, index < modules.count, let offset = frame.offset else {
                 return Symbol(module: "???", note: "address outside every known module")
@@ -281,8 +274,7 @@ public final class Symbolicator: @unchecked Sendable {
                 return Symbol(module: name, note: "no symbol covers this address")
             }
             return Symbol(
-                function: Self.naming(closure: displayName(symbol.name), file: nil, module: name),
-                linkageName: symbol.name,
+                function: displayName(symbol.name, file: nil, module: name), linkageName: symbol.name,
                 offsetInFunction: isReturnAddress && offset > 0 ? within + 1 : within, module: name)
         case .elfutils(let module):
             var symbol = Symbol(module: name)
@@ -292,25 +284,23 @@ public final class Symbolicator: @unchecked Sendable {
                 // with its debug info elsewhere) and is the better name for local symbols.
                 if let linkage = outer.function, let start = outer.start, start <= address {
                     symbol.linkageName = linkage
-                    symbol.function = displayName(linkage)
+                    symbol.function = displayName(linkage, file: outer.file, module: name)
                     symbol.offsetInFunction = isReturnAddress && offset > 0 ? address - start + 1 : address - start
                 }
                 symbol.file = outer.file
                 symbol.line = outer.line
                 symbol.column = outer.column
-                symbol.function = symbol.function.map { Self.naming(closure: $0, file: outer.file, module: name) }
                 symbol.inlined = chain.dropLast().map { frame in
                     SourceFrame(
-                        function: frame.function.map {
-                            Self.naming(closure: displayName($0), file: frame.file, module: name)
-                        }, linkageName: frame.function, file: frame.file, line: frame.line, column: frame.column)
+                        function: frame.function.map { displayName($0, file: frame.file, module: name) },
+                        linkageName: frame.function, file: frame.file, line: frame.line, column: frame.column)
                 }
             }
             // The symbol tables (.symtab, .dynsym, MiniDebugInfo) only where DWARF had no name:
             // libdwfl searches them linearly.
             if symbol.function == nil, let (linkage, within) = module.symbol(at: address) {
                 symbol.linkageName = linkage
-                symbol.function = Self.naming(closure: displayName(linkage), file: nil, module: name)
+                symbol.function = displayName(linkage, file: nil, module: name)
                 symbol.offsetInFunction = isReturnAddress && offset > 0 ? within + 1 : within
             }
             if symbol.function == nil { symbol.note = "no symbol covers this address" }
@@ -318,8 +308,10 @@ public final class Symbolicator: @unchecked Sendable {
         }
     }
 
-    private func displayName(_ linkage: String) -> String {
-        options.fullSwiftNames ? Demangler.demangle(linkage) : Demangler.shortName(linkage)
+    /// `file`, `module`: where the function is, to name a top-level closure (`naming(closure:)`).
+    private func displayName(_ linkage: String, file: String?, module: String) -> String {
+        let name = options.fullSwiftNames ? Demangler.demangle(linkage) : Demangler.shortName(linkage)
+        return Self.naming(closure: name, file: file, module: module)
     }
 
     /// A closure of top-level code has an empty parent context (`closure #7 in `): it is named

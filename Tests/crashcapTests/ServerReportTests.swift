@@ -114,7 +114,8 @@ enum BacktracerOutput {
 }
 
 @Suite struct ServerReportTests {
-    /// Our report of a crash, as `crashcap show --json` gives it.
+    /// Our report of a crash, as `crashcap show --json` gives it, and what the crash path wrote of
+    /// the task's chain (for a failure's message).
     func ourReport(_ crash: SwiftCrash) throws -> (report: [String: Any], names: [String], run: RunResult) {
         let directory = makeTemporaryDirectory("server-report")
         let crashed = try run(
@@ -132,6 +133,14 @@ enum BacktracerOutput {
             names.append(frame["function"] as? String ?? "?")
         }
         names += (report["async_frames"] as? [[String: Any]] ?? []).map { $0["function"] as? String ?? "?" }
+        if report["async_frames"] == nil {
+            // What the crash path found, raw: why replay named no caller.
+            let crashed = (report["events"] as? [[String: Any]] ?? []).first { $0["event"] as? String == "$AppCrashed" }
+            let raw = crashed?["crash"] as? [String: Any] ?? [:]
+            names.append(
+                "(no async callers; crash path's owner \(raw["async_owner"] ?? "none"), \((raw["async_frames"] as? [Any])?.count ?? 0) raw)"
+            )
+        }
         return (report, names, crashed)
     }
 
@@ -217,6 +226,16 @@ enum BacktracerOutput {
                 #expect(frame["role"] as? String == "system", "\(frame)")
             }
         }
+    }
+
+    /// A crash right after install, while a thread of ours may still be reading a static
+    /// binary's symbol table, has its message all the same: the crash waits for the reader.
+    @Test(arguments: ["release", "static"]) func aCrashRightAfterInstallHasItsMessage(_ variant: String) throws {
+        let crash = try ourReport(
+            SwiftCrash(binary: SwiftBuilds.serverSample(variant), argument: "fail-at-start", label: "", isStatic: false)
+        )
+        #expect(crash.report["message"] as? String == "the configuration is missing", "\(crash.report["title"] ?? "")")
+        #expect((crash.report["title"] as? String ?? "").hasPrefix("the configuration is missing in server_sample"))
     }
 
     /// One bug is one group in every build; two bugs are two groups.

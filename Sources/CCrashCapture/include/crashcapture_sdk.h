@@ -71,6 +71,11 @@ int crashcapture_set_context_json(const char *key, const char *value_json);
 /// too, as every event after a login does.
 void crashcapture_set_logged_in(int logged_in);
 
+/// At install: where the program carries the Swift runtime itself (--static-swift-stdlib), a
+/// thread of ours reads its symbol table (swift_job_run, the fatal error buffer); elsewhere
+/// nothing happens.
+void crashcapture_read_static_runtime_in_background(void);
+
 /// Called from inside a task, once, at install: where the Swift runtime is linked into the
 /// program it exports no task metadata, and a running task's own is what names tasks in a
 /// report. 1 when the metadata is known (before or now), 0 when it cannot be learned here.

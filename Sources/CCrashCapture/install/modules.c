@@ -93,16 +93,11 @@ void cc_find_swift_task_layout(void) {
 }
 
 int crashcapture_note_current_task(void) {
-    // A runtime linked into the program: its symbols now, then the module list and the fatal
-    // message buffer again with them (the install made both without, not to read them on the
-    // caller's thread).
-    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
-    const cc_module_map *map = atomic_load_explicit(&cc_global.module_map, memory_order_acquire);
-    if (linked->job_run_end != 0 && map != NULL && map->concurrency_end == 0) {
-        cc_modules_capture();
-        cc_hook_static_fatal_message();
-    }
     if (atomic_load(&cc_global.swift_task_metadata) != 0) return 1;
+    // A runtime linked into the program: its table read (waiting for the reader if it is at it).
+    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
+    if (cc_global.swift_task_current == NULL && linked->task_get_current != 0)
+        cc_global.swift_task_current = (uintptr_t(*)(void))linked->task_get_current;
     if (cc_global.swift_task_current == NULL) return 0;
     uintptr_t task = cc_global.swift_task_current();
     if (task == 0) return 0;

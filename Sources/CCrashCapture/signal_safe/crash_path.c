@@ -70,6 +70,7 @@ static volatile sig_atomic_t cc_fault_on_purpose;
 static char cc_record[CC_RECORD_CAPACITY];
 // How long a crash waits for a C install's rest (its thread loads libunwind and makes the files).
 #define CC_REST_AT_CRASH_NS (200 * 1000000LL)
+#define CC_STATIC_RUNTIME_AT_CRASH_NS (100 * 1000000LL)
 
 // The thread taking a hang's snapshot (hang_report.c) while it uses the threads' machinery and
 // the buffers above: a crash on another thread waits for it; a fault of its own while
@@ -231,8 +232,11 @@ static size_t cc_build_report(char *out, size_t cap, const cc_crash *c) {
     return total;
 }
 
+static void cc_static_runtime_at_crash(int64_t bound_ns);
+
 static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_ns) {
     cc_install_rest_at_crash(CC_REST_AT_CRASH_NS);
+    cc_static_runtime_at_crash(CC_STATIC_RUNTIME_AT_CRASH_NS);
     cc_found.crash_signal = signo;
     cc_found.crash_code = info != NULL ? info->si_code : 0;
     // The process-state files kept since install are read first, then every reserved
@@ -296,6 +300,22 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
 }
 
 // MARK: - An install's rest
+
+// A program that carries the Swift runtime has its symbol table read by a thread of ours for a
+// millisecond or two after install (install/static_swift_runtime.c). A crash meanwhile waits
+// for it, bounded, before it takes the module list and the fatal message: unless the crash is
+// in that thread.
+static void cc_static_runtime_at_crash(int64_t bound_ns) {
+    if (atomic_load(&cc_global.static_runtime_reading) == 0) return;
+    if (atomic_load(&cc_global.static_runtime_reader_tid) == cc_gettid()) return;
+    int64_t until = cc_monotonic_ns() + bound_ns;
+    while (atomic_load(&cc_global.static_runtime_reading) != 0) {
+        int64_t left = until - cc_monotonic_ns();
+        if (left <= 0) return;
+        struct timespec wait = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+        syscall(SYS_futex, &cc_global.static_runtime_reading, FUTEX_WAIT_PRIVATE, 1, &wait, NULL, 0);
+    }
+}
 
 // A C install leaves its files, libunwind and the module list to a thread of ours, which waits
 // a few milliseconds first (deferred_install.c). A crash before then wakes it and waits while

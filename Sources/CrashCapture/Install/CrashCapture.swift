@@ -229,8 +229,10 @@ public enum CrashCapture: Sendable {
             throw CrashCaptureError(
                 .installFailed, String(cString: crashcapture_last_error()), path: configuration.directory)
         }
-        // A Swift runtime linked into the program exports no task metadata: one task's own
-        // names the tasks of a report. Elsewhere this returns at once.
+        // A Swift runtime linked into the program exports nothing: its symbol table is read by a
+        // thread of ours, and one task's own metadata names the tasks of a report. Elsewhere
+        // both return at once.
+        crashcapture_read_static_runtime_in_background()
         Task.detached(priority: .utility) { _ = crashcapture_note_current_task() }
     }
 

@@ -162,6 +162,10 @@ if let directory = environment["CRASHCAPTURE_DIR"] {
     }
 }
 
+/// Right after install, before a thread of ours has read a static binary's symbol table.
+func failAtStart() -> Never { fatalError("the configuration is missing") }
+if CommandLine.arguments.dropFirst().first == "fail-at-start" { failAtStart() }
+
 var router = Router<RequestContext>()
 router.on("POST", "checkout") { request, _ in try await handleCheckout(request.body) }
 router.on("POST", "refund") { request, _ in try await handleRefund(request.body) }
