@@ -135,8 +135,8 @@ enum BacktracerOutput {
         names += (report["async_frames"] as? [[String: Any]] ?? []).map { $0["function"] as? String ?? "?" }
         if report["async_frames"] == nil {
             // What the crash path found, raw: why replay named no caller.
-            let crashed = (report["events"] as? [[String: Any]] ?? []).first { $0["event"] as? String == "$AppCrashed" }
-            let raw = crashed?["crash"] as? [String: Any] ?? [:]
+            let event = (report["events"] as? [[String: Any]] ?? []).first { $0["event"] as? String == "$AppCrashed" }
+            let raw = event?["crash"] as? [String: Any] ?? [:]
             names.append(
                 "(no async callers; crash path's owner \(raw["async_owner"] ?? "none"), \((raw["async_frames"] as? [Any])?.count ?? 0) raw)"
             )
