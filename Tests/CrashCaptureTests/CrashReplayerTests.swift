@@ -174,6 +174,40 @@ import Testing
         #expect(note.contains("offset \(end.offset)"))
     }
 
+    /// A crash record whose `event` key appears twice (the second an ordinary event's name) is
+    /// refused as damaged: which of the two the event is cannot be told, so it is not imported
+    /// as an ordinary event (issue #42).
+    @Test func aCrashRecordNamingItsEventTwiceIsRefusedAsDamaged() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let contents = CrashFileReader.parse(bytes)
+        let crashed = try #require(contents.records.first { $0.type == .event })
+        var payload = crashed.payload
+        try #require(payload.last == UInt8(ascii: "}"))
+        payload.removeLast()  // the closing brace
+        payload += Array(",\"event\":\"page_view\"}".utf8)
+        var framed = CrashFileLayout.magic
+        var covered: [UInt8] = []
+        withUnsafeBytes(of: UInt32(2).littleEndian) { covered += $0 }
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { covered += $0 }
+        covered += payload
+        framed += covered.prefix(8)
+        withUnsafeBytes(of: CRC32.update(0, covered).littleEndian) { framed += $0 }
+        framed += payload
+        let end = crashed.offset + CrashFileLayout.headerSize + crashed.payload.count
+        let rewritten = Array(bytes[0..<crashed.offset]) + framed + Array(bytes[end...])
+        #expect(CrashFileReader.parse(rewritten).problems.isEmpty, "the record is framed whole")
+        try Data(rewritten).write(to: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        let result = try #require(summary.files.first)
+        #expect(result.outcome == .damaged)
+        #expect(result.problems.contains { $0.reason.contains("appears twice") }, "\(result.problems)")
+        #expect(try objects(store).allSatisfy { $0["event"] as? String != "page_view" })
+        #expect(result.movedTo?.contains("/damaged/") == true)
+    }
+
     @Test(arguments: ["zeros", "foreign", "empty", "random"])
     func fileThatIsNotACrashReportIsMovedAside(kind: String) throws {
         let directory = makeTemporaryDirectory("foreign")
