@@ -112,7 +112,7 @@ public enum JSONTree: Sendable {
             }
             var object = [String: Any](minimumCapacity: members.count - first)
             for (key, value) in members[first...] {
-                if object.updateValue(value, forKey: key) != nil, uniqueTopLevelKeys, depth == 0 {
+                if object.updateValue(value, forKey: key) != nil, uniqueTopLevelKeys, depth == 1 {
                     throw fail("the key \"\(key)\" appears twice")
                 }
             }
