@@ -360,11 +360,15 @@ import Testing
                 let store = try EventStore(path: directory + "/events.sqlite")
                 let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
                 let result = recovery.recover(directory + "/" + name)
-                #expect(result.outcome == .closed)
+                // A file shorter than its header and ring is damaged, and so is an entry whose
+                // commit word (stored last) stands over bytes that fail its checksum; an entry
+                // cut before its commit word was never committed.
+                let whole = cut >= wholeSize
+                let setAside = truncate || (cut >= 8 && !whole)
+                #expect(result.outcome == (setAside ? .damaged : .closed), "cut at \(cut), truncated: \(truncate)")
                 let indexes = try storedEvents(in: directory).filter { $0["event"] as? String == "sample_event" }.map {
                     try #require(property($0, "index") as? Int)
                 }
-                let whole = cut >= wholeSize
                 #expect(indexes == Array(0..<(whole ? 5 : 4)), "cut at \(cut) of \(paddedSize), truncated: \(truncate)")
             }
         }
