@@ -174,6 +174,53 @@ import Testing
         #expect(note.contains("offset \(end.offset)"))
     }
 
+    /// Each byte of each record's 16-byte frame (magic, type, length, checksum) given 0, 0xff,
+    /// its value +-1, and each length pointed past the file, replayed in-process: the file is
+    /// imported whole (both events) or set aside in damaged/ with what it still vouches for;
+    /// never a trap, and no event stored with a negative time (issue #42).
+    @Test func everyByteOfEachRecordsFrame() throws {
+        let source = try crashedDirectory()
+        let file = crashFiles(in: source)[0]
+        let name = (file as NSString).lastPathComponent
+        let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let records = CrashFileReader.parse(original).records
+        try #require(records.count == 4)
+        var cases: [(String, [UInt8])] = []
+        for record in records {
+            for at in record.offset..<record.offset + CrashFileLayout.headerSize {
+                let byte = original[at]
+                for value in Set([0, 0xff, byte &+ 1, byte &- 1]) where value != byte {
+                    var bytes = original
+                    bytes[at] = value
+                    cases.append(("byte \(at) = \(value)", bytes))
+                }
+            }
+            var past = original
+            withUnsafeBytes(of: UInt32(original.count).littleEndian) {
+                past.replaceSubrange(record.offset + 8..<record.offset + 12, with: $0)
+            }
+            cases.append(("record at \(record.offset): length past the file", past))
+        }
+        for (label, bytes) in cases {
+            let directory = makeTemporaryDirectory("frame")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try Data(bytes).write(to: URL(fileURLWithPath: directory + "/" + name))
+            let store = try EventStore(path: directory + "/events.sqlite")
+            let summary = CrashReplayer(directory: directory, store: store).replayAll()
+            let result = try #require(summary.files.first, "\(label)")
+            let stored = try objects(store)
+            for event in stored {
+                #expect(((event["time"] as? Int64) ?? 0) >= 0, "\(label): \(event["event"] ?? "")")
+            }
+            if result.outcome == .imported {
+                #expect(stored.count == 2, "\(label): imported \(stored.count) events")
+            } else {
+                #expect(result.outcome == .damaged, "\(label): \(result.outcome)")
+                #expect(result.movedTo?.contains("/damaged/") == true, "\(label): not set aside")
+            }
+        }
+    }
+
     /// A crash record whose `event` key appears twice (the second an ordinary event's name) is
     /// refused as damaged: which of the two the event is cannot be told, so it is not imported
     /// as an ordinary event (issue #42).
