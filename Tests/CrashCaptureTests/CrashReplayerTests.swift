@@ -221,6 +221,42 @@ import Testing
         }
     }
 
+    /// A crash file whose `$AppEnd` says time -1 and `$event_duration` -5 (its checksum made to
+    /// hold): no negative time is stored; the file's mtime stands in, said so, and the file is
+    /// set aside with a note (issue #42).
+    @Test func aNegativeTimeInACrashFileIsNeverStored() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let records = CrashFileReader.parse(bytes).records.filter { $0.type == .event }
+        let end = try #require(records.last)
+        var text = String(decoding: end.payload, as: UTF8.self)
+        let time = try #require(text.range(of: #""time":[0-9]+"#, options: .regularExpression))
+        text.replaceSubrange(time, with: "\"time\":-1")
+        let duration = try #require(text.range(of: #""\$event_duration":[0-9.]+"#, options: .regularExpression))
+        text.replaceSubrange(duration, with: "\"$event_duration\":-5")
+        var payload = Array(text.utf8)
+        var covered: [UInt8] = []
+        withUnsafeBytes(of: UInt32(2).littleEndian) { covered += $0 }
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { covered += $0 }
+        covered += payload
+        var framed = CrashFileLayout.magic + covered.prefix(8)
+        withUnsafeBytes(of: CRC32.update(0, covered).littleEndian) { framed += $0 }
+        framed += payload
+        payload = []
+        let after = end.offset + CrashFileLayout.headerSize + end.payload.count
+        try Data(Array(bytes[0..<end.offset]) + framed + Array(bytes[after...])).write(to: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        let result = try #require(summary.files.first)
+        let ended = try #require(try objects(store).first { $0["event"] as? String == "$AppEnd" })
+        #expect(try #require(ended["time"] as? Int64) > 0)
+        let properties = try #require(ended["properties"] as? [String: Any])
+        #expect(try #require(properties["$event_duration"] as? Double) >= 0)
+        #expect(properties["time_from"] as? String == "file_mtime")
+        #expect(result.outcome == .damaged && result.movedTo?.contains("/damaged/") == true)
+    }
+
     /// A crash record whose `event` key appears twice (the second an ordinary event's name) is
     /// refused as damaged: which of the two the event is cannot be told, so it is not imported
     /// as an ordinary event (issue #42).
