@@ -94,6 +94,14 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         trackAll()
         CrashCapture.flush(timeout: .seconds(5))
         _ = crashSwiftNullRead()
+    case "pipeline-crash-unwritable":
+        // The report cannot be written (a file-size limit of 1 KiB, hard, lowered after
+        // install): only the session file, made at install, can tell of the crash.
+        trackAll()
+        CrashCapture.flush(timeout: .seconds(5))
+        var limit = rlimit(rlim_cur: 1024, rlim_max: 1024)
+        setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &limit)
+        _ = crashSwiftNullRead()
     case "pipeline-login":
         try! CrashCapture.login("user-42")
         trackAll()
@@ -329,7 +337,8 @@ func runSwiftKind(_ name: String) -> Bool {
 func allKinds() -> [String] {
     var names =
         swiftKindNames + [
-            "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
+            "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-crash-unwritable",
+            "pipeline-login",
             "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",

@@ -61,7 +61,9 @@ public struct CrashRecord: Sendable {
     public let offset: Int
     public let payload: [UInt8]
 
-    public var json: [String: Any]? { JSONTree.object(payload) }
+    /// The payload's object; nil when it is not one, or names a key of its own twice (which of
+    /// two `event` names is the event is not for the reader to guess).
+    public var json: [String: Any]? { JSONTree.object(payload, uniqueTopLevelKeys: true) }
 }
 
 /// Damage found in a crash file: where, and what is wrong there.

@@ -92,7 +92,14 @@ public struct CrashReport: @unchecked Sendable {
         var problems = contents.problems
         for record in contents.records {
             guard let json = record.json else {
-                problems.append(CrashFileProblem(offset: record.offset, reason: "record payload is not a JSON object"))
+                let reason: String
+                do {
+                    _ = try JSONTree.parse(record.payload, uniqueTopLevelKeys: true)
+                    reason = "record payload is not a JSON object"
+                } catch {
+                    reason = "record payload is not a JSON object (\(error))"
+                }
+                problems.append(CrashFileProblem(offset: record.offset, reason: reason))
                 continue
             }
             switch record.type {

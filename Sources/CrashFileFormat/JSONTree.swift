@@ -15,18 +15,26 @@ public enum JSONTree: Sendable {
     public static let maximumDepth = 256
 
     /// The value of a whole JSON text (any value at the top, as with `.fragmentsAllowed`).
-    public static func parse<Bytes: Collection<UInt8>>(_ text: Bytes) throws -> Any {
-        let parsed = try text.withContiguousStorageIfAvailable { try parse(buffer: $0) }
-        return try parsed ?? Array(text).withUnsafeBufferPointer { try parse(buffer: $0) }
+    /// `uniqueTopLevelKeys`: a key that appears twice in the outermost object is an error
+    /// rather than the last one winning (a record whose `event` is named twice says two things).
+    public static func parse<Bytes: Collection<UInt8>>(_ text: Bytes, uniqueTopLevelKeys: Bool = false) throws -> Any {
+        let parsed = try text.withContiguousStorageIfAvailable {
+            try parse(buffer: $0, uniqueTopLevelKeys: uniqueTopLevelKeys)
+        }
+        return try parsed
+            ?? Array(text).withUnsafeBufferPointer { try parse(buffer: $0, uniqueTopLevelKeys: uniqueTopLevelKeys) }
     }
 
     /// The object a JSON text holds, or nil when it is not valid JSON or not an object.
-    public static func object<Bytes: Collection<UInt8>>(_ text: Bytes) -> [String: Any]? {
-        (try? parse(text)) as? [String: Any]
+    public static func object<Bytes: Collection<UInt8>>(_ text: Bytes, uniqueTopLevelKeys: Bool = false) -> [String:
+        Any]?
+    {
+        (try? parse(text, uniqueTopLevelKeys: uniqueTopLevelKeys)) as? [String: Any]
     }
 
-    private static func parse(buffer: UnsafeBufferPointer<UInt8>) throws -> Any {
+    private static func parse(buffer: UnsafeBufferPointer<UInt8>, uniqueTopLevelKeys: Bool) throws -> Any {
         var reader = Reader(bytes: buffer)
+        reader.uniqueTopLevelKeys = uniqueTopLevelKeys
         reader.skipSpace()
         let value = try reader.value(depth: 0)
         reader.skipSpace()
@@ -37,6 +45,7 @@ public enum JSONTree: Sendable {
     private struct Reader {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
+        var uniqueTopLevelKeys = false
         /// Reused for every string with escapes.
         var scratch: [UInt8] = []
         /// The members of the objects being read, innermost last.
@@ -102,7 +111,11 @@ public enum JSONTree: Sendable {
                 if try closes(UInt8(ascii: "}")) { break }
             }
             var object = [String: Any](minimumCapacity: members.count - first)
-            for (key, value) in members[first...] { object[key] = value }
+            for (key, value) in members[first...] {
+                if object.updateValue(value, forKey: key) != nil, uniqueTopLevelKeys, depth == 1 {
+                    throw fail("the key \"\(key)\" appears twice")
+                }
+            }
             return object
         }
 

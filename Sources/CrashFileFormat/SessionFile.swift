@@ -40,6 +40,10 @@ package struct SessionFile: Sendable {
         JSONTree.object(contextText.utf8) ?? [:]
     }
     package var contextText: String
+    /// The session id the fixed header holds (bytes 112–144), checked against the context's.
+    package var headerSessionID = ""
+    /// The lifecycle field as written, for the check of its range.
+    var lifecycleRaw: UInt32 = 0
     /// Where the crash path kept a crash file's bytes in this file, when the directory no
     /// longer took the crash file's name; nil when it did not have to.
     package var keptCrash: (offset: UInt64, size: UInt64)?
@@ -177,6 +181,8 @@ package struct SessionFile: Sendable {
         {
             file.notesArea = (notesOffset, notesSize)
         }
+        file.headerSessionID = text(CCF_SESSION_AT_SESSION_ID, 33)
+        file.lifecycleRaw = u32(CCF_SESSION_AT_LIFECYCLE)
         file.declaresNotes = notesOffset == (fixedSize + contextSize + 7) / 8 * 8 && notesSize == SessionNotes.areaSize
         let cleanEnd = Int64(bitPattern: u64(CCF_SESSION_AT_CLEAN_END_WALL_MS))
         if cleanEnd > 0 { file.cleanEndWallMilliseconds = cleanEnd }
@@ -185,14 +191,102 @@ package struct SessionFile: Sendable {
 
     /// The crash file's bytes kept in this file, read through the open descriptor; no more
     /// than a crash file may hold.
+    /// Any value from the file may be hostile: the offset is checked against the file's size in
+    /// UInt64 arithmetic that cannot overflow, and only then converted.
     package func keptCrashBytes() throws -> [UInt8]? {
         guard let kept = keptCrash else { return nil }
-        guard kept.offset >= UInt64(headerSize), kept.size <= UInt64(CCF_MAXIMUM_FILE_SIZE) else {
+        guard keptCrashFits(kept), let offset = Int(exactly: kept.offset), let count = Int(exactly: kept.size) else {
             throw CrashCaptureError.corrupt(
-                "the crash kept in the session file lies outside it (offset \(kept.offset), \(kept.size) bytes)",
+                "the crash kept in the session file lies outside it (offset \(kept.offset), \(kept.size) bytes, "
+                    + "file \(fileSize) bytes)",
                 path: path)
         }
-        return try Self.readExactly(fd: fd, offset: Int(kept.offset), count: Int(kept.size), path: path)
+        let bytes = try Self.readExactly(fd: fd, offset: offset, count: count, path: path)
+        guard bytes.count == count else {
+            throw CrashCaptureError.corrupt("the crash kept in the session file is cut short", path: path)
+        }
+        return bytes
+    }
+
+    /// A kept crash lies past the header, inside the file, and no larger than a crash file.
+    func keptCrashFits(_ kept: (offset: UInt64, size: UInt64)) -> Bool {
+        let (end, overflow) = kept.offset.addingReportingOverflow(kept.size)
+        return kept.offset >= UInt64(headerSize) && kept.size > 0 && kept.size <= UInt64(CCF_MAXIMUM_FILE_SIZE)
+            && !overflow && end <= fileSize
+    }
+
+    /// The file's size when it was read.
+    package var fileSize: UInt64 {
+        var info = stat()
+        return fstat(fd, &info) == 0 ? UInt64(max(0, Int64(info.st_size))) : 0
+    }
+
+    /// The file's last modification, in wall-clock ms: the latest the session can have lived,
+    /// whatever its clock fields say.
+    package var modifiedWallMilliseconds: Int64 {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return 0 }
+        return Int64(info.st_mtim.tv_sec) * 1000 + Int64(info.st_mtim.tv_nsec) / 1_000_000
+    }
+
+    /// The wall-clock fields are believable: the session started after 2001, not after the file
+    /// was last written (plus a day of clock skew), and was last alive between its start and
+    /// then; monotonic time did not run backwards.
+    package var clockFieldsHold: Bool {
+        let latest = modifiedWallMilliseconds + 86_400_000
+        return startWallMilliseconds > 1_000_000_000_000 && startWallMilliseconds <= latest
+            && aliveWallMilliseconds >= startWallMilliseconds && aliveWallMilliseconds <= latest
+            && startMonotonicNanoseconds >= 0 && aliveMonotonicNanoseconds >= startMonotonicNanoseconds
+    }
+
+    /// The header's fields checked against the file and against each other, beyond what
+    /// `checkedJournal` checks of the journal: each thing found wrong. Empty when all hold.
+    package func inconsistencies() -> [String] {
+        var found: [String] = []
+        let size = fileSize
+        let (ringEnd, overflow) = UInt64(headerSize).addingReportingOverflow(ringSize)
+        // The writer allocates the header and the ring together, and appends only a kept crash:
+        // a file of any other length is not the one the header describes. A file without a ring
+        // (a C session's) holds at least its fixed part and context; the rest of its header is
+        // never written.
+        let keptEnd = keptCrash.map { $0.offset.addingReportingOverflow($0.size) }.flatMap { $0.overflow ? nil : $0.0 }
+        if ringSize > 0, overflow || ringEnd > size {
+            found.append("the file is cut short: \(size) bytes, its header and journal take \(ringEnd)")
+        } else if ringSize > 0, size > max(ringEnd, keptEnd ?? 0) {
+            found.append("the file holds \(size) bytes, its header and journal only \(ringEnd)")
+        } else if size < UInt64(Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count) {
+            found.append("the file is cut short inside its header (\(size) bytes)")
+        }
+        if headerSessionID != sessionID {
+            found.append("the header names session \(headerSessionID), its context \(sessionID)")
+        }
+        if let name = Self.sessionID(fromFileName: (path as NSString).lastPathComponent), name != sessionID {
+            found.append("the file is named for session \(name), its context says \(sessionID)")
+        }
+        if !clockFieldsHold {
+            found.append(
+                "the clock fields disagree (start \(startWallMilliseconds) ms, last alive \(aliveWallMilliseconds) ms, "
+                    + "monotonic \(startMonotonicNanoseconds) to \(aliveMonotonicNanoseconds) ns)")
+        }
+        if let notKept = crashNotKept, !(1...64).contains(notKept.signal) {
+            found.append("the crash noted without a report has signal \(notKept.signal)")
+        }
+        if let notKept = crashNotKept, notKept.wallMilliseconds < startWallMilliseconds {
+            found.append("the crash noted without a report is dated \(notKept.wallMilliseconds), before the start")
+        }
+        if let end = cleanEndWallMilliseconds, end < startWallMilliseconds {
+            found.append("the clean end is dated \(end), before the start")
+        }
+        if reserved > Self.maximumPosition || consumed > reserved {
+            found.append("the journal's reserved end \(reserved) and consumed position \(consumed) do not hold")
+        }
+        if lifecycleRaw > Lifecycle.atReplay.rawValue {
+            found.append("the lifecycle \(lifecycleRaw) is not one this version knows")
+        }
+        if let kept = keptCrash, !keptCrashFits(kept) {
+            found.append("the crash kept in the session file lies outside it")
+        }
+        return found
     }
 
     static func readExactly(fd: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
@@ -217,19 +311,39 @@ package struct SessionFile: Sendable {
     /// still hold) up to `reserved`, reading the file through `fd`, which must still be open. A
     /// torn or overwritten stretch is skipped by looking, 8 bytes at a time, for the next entry
     /// whose commit word and checksum both match its place. Returns the stretches skipped.
-    package func forEachEntry(from start: UInt64? = nil, _ body: (Entry) throws -> Void) throws -> Int {
-        guard ringSize > 0, reserved > 0 else { return 0 }
+    /// `damaged` is told of each place whose commit word stands but whose entry fails its own
+    /// checks (a changed byte, a cut): an entry that was written whole and is now lost.
+    /// Positions past `maximumPosition` are never read, so no arithmetic on them can overflow.
+    package func forEachEntry(
+        from start: UInt64? = nil, damaged: ((UInt64) -> Void)? = nil, _ body: (Entry) throws -> Void
+    ) throws -> Int {
+        try forEachEntry(from: start, oldest: nil, damaged: damaged, body)
+    }
+
+    /// `oldest`: the lowest position the ring can still hold, when it is known otherwise than
+    /// from the reserved end (a probe whose reserved end is only a bound).
+    private func forEachEntry(
+        from start: UInt64?, oldest known: UInt64?, damaged: ((UInt64) -> Void)?, _ body: (Entry) throws -> Void
+    ) throws -> Int {
+        guard ringSize > 0, reserved > 0, reserved <= Self.maximumPosition else { return 0 }
         let ring = RingWindow(fd: fd, path: path, fileOffset: headerSize, size: ringSize)
-        let oldest = reserved > ringSize ? reserved - ringSize : 0
-        var position = (max(start ?? oldest, oldest) + 7) & ~7
+        let oldest = known ?? (reserved > ringSize ? reserved - ringSize : 0)
+        let from = max(start ?? oldest, oldest)
+        guard from < reserved else { return 0 }
+        var position = (from + 7) & ~7
         var skipped = 0
         var inGap = false
         while position < reserved {
-            if try ring.word(at: position) == ~position, let entry = try entry(at: position, in: ring) {
+            let committed = try ring.word(at: position) == ~position
+            // An entry whose own checksum holds (it covers the position, so no older lap passes)
+            // is imported even when its commit word was damaged: one changed byte there must
+            // not lose an event whose every other byte says it is whole.
+            if let entry = try entry(at: position, in: ring) {
                 try body(entry)
                 position += Self.entrySize(entry.payload.count)
                 inGap = false
             } else {
+                if committed { damaged?(position) }
                 if !inGap { skipped += 1 }
                 inGap = true
                 position = try ring.nextCommitWord(after: position, before: reserved)
@@ -244,7 +358,6 @@ package struct SessionFile: Sendable {
     /// which imports every intact entry (those already stored are recognised by their ids), and
     /// what was wrong.
     package func checkedJournal() throws -> (repaired: SessionFile, problem: String)? {
-        guard ringSize > 0 else { return nil }
         let page = Int(CCF_SESSION_PAGE)
         // Where the writer puts the ring: after the context, and the notes area when it made one.
         let contextEnd = Int(CCF_SESSION_FIXED_SIZE) + contextText.utf8.count
@@ -264,9 +377,12 @@ package struct SessionFile: Sendable {
                 probe.ringSize = size
                 guard let latest = try probe.latestCommitWord() else { continue }
                 probe.reserved = latest + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD))
+                // The entry at `latest` takes 8 bytes at least: what the ring still holds
+                // begins no lower than this, however small the ring is beside the bound above.
+                let lowest = latest + 8 > size ? latest + 8 - size : 0
                 var positions: [(start: UInt64, end: UInt64)] = []
                 var end: UInt64 = 0
-                _ = try probe.forEachEntry { entry in
+                _ = try probe.forEachEntry(from: nil, oldest: lowest, damaged: nil) { entry in
                     positions.append((entry.position, entry.position + Self.entrySize(entry.payload.count)))
                     end = max(end, entry.position + Self.entrySize(entry.payload.count))
                 }
@@ -284,12 +400,16 @@ package struct SessionFile: Sendable {
             problems.append("the journal holds \(best.ringSize) bytes, not \(ringSize) as the header says")
             repaired.ringSize = best.ringSize
         }
-        // A torn last entry may lie past the last whole one: the reserved end may exceed it by one entry.
-        if reserved < best.end || reserved > best.end + Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD)) {
+        let first = best.positions.map(\.start).min() ?? 0
+        // A torn last entry may lie past the last whole one: the reserved end may exceed it by
+        // one entry, but never so far that the ring it implies no longer holds an intact entry.
+        let slack = min(Self.entrySize(Int(CCF_MAXIMUM_PAYLOAD)), best.ringSize)
+        if reserved < best.end || reserved > best.end + slack
+            || (reserved > best.ringSize && reserved - best.ringSize > first)
+        {
             problems.append("the journal's reserved end says \(reserved), its entries end at \(best.end)")
             repaired.reserved = best.end
         }
-        let first = best.positions.map(\.start).min() ?? 0
         // The writer consumes whole entries: the consumed position never falls inside an intact
         // one. It may stand where an entry was reserved and never committed (a thread killed
         // while writing it), which no intact entry covers.
@@ -337,6 +457,10 @@ package struct SessionFile: Sendable {
         let skipped = try forEachEntry(from: start) { found.append($0) }
         return (found, skipped)
     }
+
+    /// No position the writer can reach in a file's life (a mebibyte a microsecond for a
+    /// century is below 2^62): a larger reserved end or consumed position is damage.
+    package static let maximumPosition: UInt64 = 1 << 56
 
     package static func entrySize(_ length: Int) -> UInt64 { UInt64(Int(CCF_JOURNAL_HEADER_SIZE) + (length + 7) & ~7) }
 

@@ -208,6 +208,7 @@ extension Crashcap {
                     [
                         "path": session.path, "session_id": session.sessionID, "outcome": session.outcome.rawValue,
                         "imported_events": session.importedEvents, "skipped_stretches": session.skippedStretches,
+                        "damaged_entries": session.damagedEntries.map { NSNumber(value: $0) },
                         "end_reason": session.endReason ?? NSNull(), "problem": session.problem ?? NSNull(),
                     ]
                 }

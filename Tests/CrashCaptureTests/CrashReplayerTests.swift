@@ -174,6 +174,123 @@ import Testing
         #expect(note.contains("offset \(end.offset)"))
     }
 
+    /// Each byte of each record's 16-byte frame (magic, type, length, checksum) given 0, 0xff,
+    /// its value +-1, and each length pointed past the file, replayed in-process: the file is
+    /// imported whole (both events) or set aside in damaged/ with what it still vouches for;
+    /// never a trap, and no event stored with a negative time (issue #42).
+    @Test func everyByteOfEachRecordsFrame() throws {
+        let source = try crashedDirectory()
+        let file = crashFiles(in: source)[0]
+        let name = (file as NSString).lastPathComponent
+        let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let records = CrashFileReader.parse(original).records
+        try #require(records.count == 4)
+        var cases: [(String, [UInt8])] = []
+        for record in records {
+            for at in record.offset..<record.offset + CrashFileLayout.headerSize {
+                let byte = original[at]
+                for value in Set([0, 0xff, byte &+ 1, byte &- 1]) where value != byte {
+                    var bytes = original
+                    bytes[at] = value
+                    cases.append(("byte \(at) = \(value)", bytes))
+                }
+            }
+            var past = original
+            withUnsafeBytes(of: UInt32(original.count).littleEndian) {
+                past.replaceSubrange(record.offset + 8..<record.offset + 12, with: $0)
+            }
+            cases.append(("record at \(record.offset): length past the file", past))
+        }
+        for (label, bytes) in cases {
+            let directory = makeTemporaryDirectory("frame")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try Data(bytes).write(to: URL(fileURLWithPath: directory + "/" + name))
+            let store = try EventStore(path: directory + "/events.sqlite")
+            let summary = CrashReplayer(directory: directory, store: store).replayAll()
+            let result = try #require(summary.files.first, "\(label)")
+            let stored = try objects(store)
+            for event in stored {
+                #expect(((event["time"] as? Int64) ?? 0) >= 0, "\(label): \(event["event"] ?? "")")
+            }
+            if result.outcome == .imported {
+                #expect(stored.count == 2, "\(label): imported \(stored.count) events")
+            } else {
+                #expect(result.outcome == .damaged, "\(label): \(result.outcome)")
+                #expect(result.movedTo?.contains("/damaged/") == true, "\(label): not set aside")
+            }
+        }
+    }
+
+    /// A crash file whose `$AppEnd` says time -1 and `$event_duration` -5 (its checksum made to
+    /// hold): no negative time is stored; the file's mtime stands in, said so, and the file is
+    /// set aside with a note (issue #42).
+    @Test func aNegativeTimeInACrashFileIsNeverStored() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let records = CrashFileReader.parse(bytes).records.filter { $0.type == .event }
+        let end = try #require(records.last)
+        var text = String(decoding: end.payload, as: UTF8.self)
+        let time = try #require(text.range(of: #""time":[0-9]+"#, options: .regularExpression))
+        text.replaceSubrange(time, with: "\"time\":-1")
+        let duration = try #require(text.range(of: #""\$event_duration":[0-9.]+"#, options: .regularExpression))
+        text.replaceSubrange(duration, with: "\"$event_duration\":-5")
+        var payload = Array(text.utf8)
+        var covered: [UInt8] = []
+        withUnsafeBytes(of: UInt32(2).littleEndian) { covered += $0 }
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { covered += $0 }
+        covered += payload
+        var framed = CrashFileLayout.magic + covered.prefix(8)
+        withUnsafeBytes(of: CRC32.update(0, covered).littleEndian) { framed += $0 }
+        framed += payload
+        payload = []
+        let after = end.offset + CrashFileLayout.headerSize + end.payload.count
+        try Data(Array(bytes[0..<end.offset]) + framed + Array(bytes[after...])).write(to: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        let result = try #require(summary.files.first)
+        let ended = try #require(try objects(store).first { $0["event"] as? String == "$AppEnd" })
+        #expect(try #require(ended["time"] as? Int64) > 0)
+        let properties = try #require(ended["properties"] as? [String: Any])
+        #expect(try #require(properties["$event_duration"] as? Double) >= 0)
+        #expect(properties["time_from"] as? String == "file_mtime")
+        #expect(result.outcome == .damaged && result.movedTo?.contains("/damaged/") == true)
+    }
+
+    /// A crash record whose `event` key appears twice (the second an ordinary event's name) is
+    /// refused as damaged: which of the two the event is cannot be told, so it is not imported
+    /// as an ordinary event (issue #42).
+    @Test func aCrashRecordNamingItsEventTwiceIsRefusedAsDamaged() throws {
+        let directory = try crashedDirectory()
+        let file = crashFiles(in: directory)[0]
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+        let contents = CrashFileReader.parse(bytes)
+        let crashed = try #require(contents.records.first { $0.type == .event })
+        var payload = crashed.payload
+        try #require(payload.last == UInt8(ascii: "}"))
+        payload.removeLast()  // the closing brace
+        payload += Array(",\"event\":\"page_view\"}".utf8)
+        var framed = CrashFileLayout.magic
+        var covered: [UInt8] = []
+        withUnsafeBytes(of: UInt32(2).littleEndian) { covered += $0 }
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { covered += $0 }
+        covered += payload
+        framed += covered.prefix(8)
+        withUnsafeBytes(of: CRC32.update(0, covered).littleEndian) { framed += $0 }
+        framed += payload
+        let end = crashed.offset + CrashFileLayout.headerSize + crashed.payload.count
+        let rewritten = Array(bytes[0..<crashed.offset]) + framed + Array(bytes[end...])
+        #expect(CrashFileReader.parse(rewritten).problems.isEmpty, "the record is framed whole")
+        try Data(rewritten).write(to: URL(fileURLWithPath: file))
+        let store = try EventStore(path: directory + "/replayed.sqlite")
+        let summary = CrashReplayer(directory: directory, store: store).replayAll()
+        let result = try #require(summary.files.first)
+        #expect(result.outcome == .damaged)
+        #expect(result.problems.contains { $0.reason.contains("appears twice") }, "\(result.problems)")
+        #expect(try objects(store).allSatisfy { $0["event"] as? String != "page_view" })
+        #expect(result.movedTo?.contains("/damaged/") == true)
+    }
+
     @Test(arguments: ["zeros", "foreign", "empty", "random"])
     func fileThatIsNotACrashReportIsMovedAside(kind: String) throws {
         let directory = makeTemporaryDirectory("foreign")

@@ -157,6 +157,32 @@ import Testing
         }
     }
 
+    /// A crash whose report could not be written (the file-size limit lowered to 1 KiB after
+    /// install) is imported as a crash without a report, with its signal, not as a kill.
+    @Test func aCrashWhoseReportCouldNotBeWrittenIsACrashWithoutAReport() throws {
+        let directory = makeTemporaryDirectory("unwritable")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let crashed = try run(
+            Paths.swiftSample, ["pipeline-crash-unwritable"],
+            environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_EVENTS": "3", "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 60)
+        #expect(crashed.signal == SIGSEGV, "died of \(crashed.signal ?? 0): \(crashed.stderr)")
+        #expect(crashFiles(in: directory).isEmpty, "no report was written")
+        let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+        #expect(replay.exitCode == 0, "\(replay.stdout) \(replay.stderr)")
+        let stored = try storedEvents(in: directory)
+        let crashes = events(stored, named: "$AppCrashed")
+        #expect(crashes.count == 1, "\(stored.map { $0["event"] ?? "" })")
+        if let crash = crashes.first {
+            #expect(property(crash, "crash_not_kept") as? Bool == true)
+            #expect(property(crash, "crash_signal") as? Int == Int(SIGSEGV))
+        }
+        let ends = events(stored, named: "$AppEnd")
+        #expect(ends.count == 1)
+        #expect(ends.first.map { property($0, "$app_end_reason") as? String } == "crash")
+        #expect(events(stored, named: "sample_event").count == 3)
+    }
+
     @Test func aCrashRightAfterTrackingKeepsEveryEventAndTheLast50AsBreadcrumbs() throws {
         let directory = makeTemporaryDirectory("crash-now")
         let crashed = try run(
@@ -334,11 +360,15 @@ import Testing
                 let store = try EventStore(path: directory + "/events.sqlite")
                 let recovery = SessionRecovery(replayer: CrashReplayer(directory: directory, store: store))
                 let result = recovery.recover(directory + "/" + name)
-                #expect(result.outcome == .closed)
+                // A file shorter than its header and ring is damaged, and so is an entry whose
+                // commit word (stored last) stands over bytes that fail its checksum; an entry
+                // cut before its commit word was never committed.
+                let whole = cut >= wholeSize
+                let setAside = truncate || (cut >= 8 && !whole)
+                #expect(result.outcome == (setAside ? .damaged : .closed), "cut at \(cut), truncated: \(truncate)")
                 let indexes = try storedEvents(in: directory).filter { $0["event"] as? String == "sample_event" }.map {
                     try #require(property($0, "index") as? Int)
                 }
-                let whole = cut >= wholeSize
                 #expect(indexes == Array(0..<(whole ? 5 : 4)), "cut at \(cut) of \(paddedSize), truncated: \(truncate)")
             }
         }

@@ -179,9 +179,12 @@ void cc_write_crash_line(const cc_crash *c) {
 
 // A named crash file that will hold no report (no room under the file-size limit, or the
 // write failed) is removed: the session file tells of the session, and no name is left on a
-// file that holds nothing, or half a report.
+// file that holds nothing, or half a report. The crash itself is noted in the session file's
+// header (a write inside its first page, which neither a full disk nor the file-size limit
+// refuses), so that replay imports a crash without a report, not a session that was killed.
 static void cc_remove_named_crash_file(void) {
     if (!cc_global.anonymous_file) unlinkat(cc_global.dir_fd, cc_global.file_name, 0);
+    (void)cc_note_crash_not_kept();
 }
 
 int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt) {
@@ -192,7 +195,10 @@ int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint6
         return 0;
     }
     int fd = cc_crash_fd();
-    if (fd < 0) return 0;
+    if (fd < 0) {
+        (void)cc_note_crash_not_kept();
+        return 0;
+    }
     int64_t write_start = cc_monotonic_ns();
     if (lseek(fd, (off_t)cc_global.record_offset, SEEK_SET) < 0 || cc_write_all(fd, out, total) != 0) {
         int failed = errno;
@@ -223,6 +229,8 @@ int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint6
                 // No new file in the directory either (read-only): the session file keeps it.
                 atomic_store(&cc_found.report_named, 2);
                 atomic_store(&cc_found.report_written, 1);
+            } else {
+                (void)cc_note_crash_not_kept();  // kept nowhere: at least the crash is known
             }
             return 0;
         }

@@ -196,7 +196,13 @@ package struct CrashReplayer: Sendable {
                 CrashFileProblem(
                     offset: 0, reason: "no records at all: an empty or zero-filled file, not a crash report"))
         }
-        for event in report.events {
+        var info = stat()
+        let modified =
+            fstat(fd, &info) == 0 ? Int64(info.st_mtim.tv_sec) * 1000 + Int64(info.st_mtim.tv_nsec) / 1_000_000 : 0
+        for var event in report.events {
+            if let problem = Self.keepTimesKnown(&event, fileModified: max(0, modified)) {
+                prepared.result.problems.append(CrashFileProblem(offset: 0, reason: problem))
+            }
             guard let id = event["event_id"] as? String, !id.isEmpty else {
                 prepared.result.problems.append(
                     CrashFileProblem(offset: 0, reason: "an event without event_id was skipped"))
@@ -214,6 +220,29 @@ package struct CrashReplayer: Sendable {
                 (id, enrich(event, report: report, breadcrumbs: breadcrumbs, contextJSON: contextJSON)))
         }
         return prepared
+    }
+
+    /// A time no clock gives (negative, or not a number) is not stored: the event takes the
+    /// file's last modification, the latest it can have happened, and says so (`time_from`);
+    /// a negative `$event_duration` becomes 0. What was wrong, for the note; nil when nothing.
+    static func keepTimesKnown(_ event: inout [String: Any], fileModified: Int64) -> String? {
+        var problems: [String] = []
+        var properties = event["properties"] as? [String: Any] ?? [:]
+        let time = event["time"] as? NSNumber
+        if time == nil || time!.doubleValue < 0 || !time!.doubleValue.isFinite {
+            problems.append("\(event["event"] ?? "an event") has time \(time.map { "\($0)" } ?? "none")")
+            event["time"] = NSNumber(value: fileModified)
+            properties["time_from"] = "file_mtime"
+        }
+        if let duration = properties["$event_duration"] as? NSNumber,
+            duration.doubleValue < 0 || !duration.doubleValue.isFinite
+        {
+            problems.append("\(event["event"] ?? "an event") has $event_duration \(duration)")
+            properties["$event_duration"] = NSNumber(value: 0)
+        }
+        guard !problems.isEmpty else { return nil }
+        event["properties"] = properties
+        return problems.joined(separator: "; ") + ": the file's last modification is used"
     }
 
     /// Stores the files' events in one transaction, then removes (or archives, or moves aside)

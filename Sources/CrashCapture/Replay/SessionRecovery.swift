@@ -22,6 +22,9 @@ package struct SessionRecovery: Sendable {
         package var importedEvents = 0
         /// Torn or overwritten stretches of the journal that were skipped.
         package var skippedStretches = 0
+        /// Journal positions whose entry was committed whole and now fails its own checks: each
+        /// an event lost to damage, named in the note and the output.
+        package var damagedEntries: [UInt64] = []
         /// `$app_end_reason` of the $AppEnd this added; nil when the session already had one.
         package var endReason: String?
         package var crashFile: CrashReplayer.FileResult?
@@ -164,6 +167,12 @@ package struct SessionRecovery: Sendable {
             result.outcome = .alive
             return result
         }
+        // No field is trusted: one that disagrees with the file or with another sets the file
+        // aside once every intact entry is imported.
+        let inconsistencies = session.inconsistencies()
+        if !inconsistencies.isEmpty {
+            damage = ([damage].compactMap { $0 } + inconsistencies).joined(separator: "; ")
+        }
         // A journal whose header disagrees with its own entries: every intact entry is imported
         // from what the entries say, and the file is set aside with a note, never deleted.
         do {
@@ -173,7 +182,7 @@ package struct SessionRecovery: Sendable {
                     separator: "; ")
             }
         } catch {
-            damage = "journal unreadable: \(error)"
+            damage = [damage, "journal unreadable: \(error)"].compactMap { $0 }.joined(separator: "; ")
         }
         do {
             try closeSession(session, into: &result)
@@ -185,6 +194,14 @@ package struct SessionRecovery: Sendable {
         }
         if let crash = result.crashFile, crash.outcome == .skippedLive {
             return result
+        }
+        if !result.damagedEntries.isEmpty {
+            let positions = result.damagedEntries.prefix(16).map(String.init).joined(separator: ", ")
+            let more = result.damagedEntries.count > 16 ? ", …" : ""
+            let lost =
+                "\(result.damagedEntries.count) journal entr\(result.damagedEntries.count == 1 ? "y" : "ies") "
+                + "damaged, not imported (at positions \(positions)\(more))"
+            damage = [damage, lost].compactMap { $0 }.joined(separator: "; ")
         }
         if let damage {
             result.outcome = .damaged
@@ -226,14 +243,19 @@ package struct SessionRecovery: Sendable {
             guard !startTracked else { return }
             startTracked = true
             let startEvent = self.lifecycleEvent(
-                "$AppStart", id: sessionID + "-start", time: session.startWallMilliseconds,
+                "$AppStart", id: sessionID + "-start",
+                time: session.clockFieldsHold
+                    ? session.startWallMilliseconds
+                    : max(0, min(session.startWallMilliseconds, session.modifiedWallMilliseconds)),
                 extra: "\"$resume_from_background\":false")
             try self.store.insert([startEvent], context: shared(identity))
         }
         var rows: [(id: String, payload: String)] = []
         var imported = start
         var lastEvents: [SessionFile.Entry] = []
-        result.skippedStretches = try session.forEachEntry { entry in
+        var damagedEntries: [UInt64] = []
+        defer { result.damagedEntries = damagedEntries }
+        result.skippedStretches = try session.forEachEntry(damaged: { damagedEntries.append($0) }) { entry in
             if entry.type == SessionFile.eventEntry {
                 lastEvents.append(entry)
                 if lastEvents.count > 2 * Self.breadcrumbCount { lastEvents.removeFirst(Self.breadcrumbCount) }
@@ -284,15 +306,24 @@ package struct SessionRecovery: Sendable {
             let breadcrumbs = Self.breadcrumbs(lastEvents, notes: notes)
             result.crashFile = replayer.replay(crashPath, breadcrumbs: breadcrumbs, contextJSON: notes.contextJSON)
         }
+        // Clock fields that do not hold give no time of their own: the file's last write bounds
+        // the session's end, and the event says where its time came from.
+        let clocksHold = session.clockFieldsHold
+        let modified = max(0, session.modifiedWallMilliseconds)
         if result.crashFile == nil, let notKept = session.crashNotKept,
             try !store.hasRemembered(sessionID + "-crash")
         {
             let signal = SignalNames.name(of: notKept.signal)
             let code = SignalNames.codeName(signal: notKept.signal, code: notKept.code)
+            let noted = notKept.wallMilliseconds
+            let crashTime =
+                clocksHold && noted >= session.startWallMilliseconds && noted <= modified + 86_400_000
+                ? noted : modified
             let crashed = lifecycleEvent(
-                "$AppCrashed", id: sessionID + "-crash", time: notKept.wallMilliseconds,
+                "$AppCrashed", id: sessionID + "-crash", time: crashTime,
                 extra:
-                    "\"app_crashed_reason\":\"\(signal) (\(code)): no report kept, the crash directory was over its bound\","
+                    "\"app_crashed_reason\":\"\(signal) (\(code)): no report kept (the crash directory was over its "
+                    + "bound, or the report could not be written)\","
                     + "\"crash_signal\":\(notKept.signal),\"crash_signal_name\":\"\(signal)\",\"crash_code_name\":\"\(code)\","
                     + "\"crash_compact\":true,\"crash_not_kept\":true")
             result.importedEvents += try store.insert([crashed], rememberIDs: true, context: shared(identity)).inserted
@@ -303,13 +334,28 @@ package struct SessionRecovery: Sendable {
         let reason =
             session.crashNotKept != nil
             ? "crash" : session.cleanEndWallMilliseconds != nil ? "exit" : Self.endReason(session)
-        let endTime = session.cleanEndWallMilliseconds ?? session.aliveWallMilliseconds
-        let duration =
-            session.cleanEndWallMilliseconds.map { Double(max(0, $0 - session.startWallMilliseconds)) / 1e3 }
-            ?? Double(max(0, session.aliveMonotonicNanoseconds - session.startMonotonicNanoseconds)) / 1e9
+        var endTime = session.cleanEndWallMilliseconds ?? session.aliveWallMilliseconds
+        // Hostile fields: a difference that would overflow counts as none.
+        func span(_ later: Int64, _ earlier: Int64) -> Int64 {
+            let (difference, overflow) = later.subtractingReportingOverflow(earlier)
+            return overflow ? 0 : max(0, difference)
+        }
+        var duration =
+            session.cleanEndWallMilliseconds.map { Double(span($0, session.startWallMilliseconds)) / 1e3 }
+            ?? Double(span(session.aliveMonotonicNanoseconds, session.startMonotonicNanoseconds)) / 1e9
+        var estimated = ""
+        if !clocksHold || endTime < session.startWallMilliseconds || endTime > modified + 86_400_000 {
+            // Known: the file was last written at `modified`; the session began no later. Its
+            // length is unknown unless the start time is believable.
+            endTime = modified
+            let start = session.startWallMilliseconds
+            duration = start > 1_000_000_000_000 && start <= modified ? Double(modified - start) / 1e3 : 0
+            estimated = ",\"end_time_from\":\"file_mtime\""
+        }
         let end = lifecycleEvent(
-            "$AppEnd", id: sessionID + "-end", time: endTime,
-            extra: "\"$event_duration\":\(String(format: "%.3f", duration)),\"$app_end_reason\":\"\(reason)\"")
+            "$AppEnd", id: sessionID + "-end", time: max(0, endTime),
+            extra: "\"$event_duration\":\(String(format: "%.3f", max(0, duration))),\"$app_end_reason\":\"\(reason)\""
+                + estimated)
         try store.insert([end], context: shared(identity))
         result.endReason = reason
     }
