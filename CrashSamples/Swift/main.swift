@@ -154,6 +154,16 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         } catch {
             print("second install refused: \(error)")
         }
+    case "pipeline-static-key":
+        // A tracked property named as a static property (sample_kind) would give the event's
+        // properties one key twice, and the collector refuses the whole batch for it.
+        do {
+            try CrashCapture.track("sample_event", properties: ["sample_kind": .string("again")])
+            print("static key accepted")
+        } catch {
+            print("static key refused: \(error)")
+        }
+        try! CrashCapture.track("sample_event", properties: ["own_key": .string("kept")])
     case "pipeline-fork":
         // The child's events must not land in the parent's journal: they are dropped there.
         trackAll()
@@ -330,7 +340,8 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
+            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-static-key",
+            "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
             "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse", "hang-in-task",

@@ -310,6 +310,8 @@ int cc_build_static_json(const crashcapture_config *config);
 // A property key by the Sensors rules (0), or -1 with the error set; UTF-8 validity.
 int cc_check_key(const char *key);
 bool cc_valid_utf8(const char *s);
+// Whether JSON object members (no braces, flat values) name `key`.
+bool cc_members_have_key(const char *members, size_t length, const char *key);
 // The session's journal, its ring made in the session file on first use for a session made
 // without one (the C API's): NULL when there is no session or no room.
 struct crashcapture_journal *cc_session_journal_for_events(void);
