@@ -305,6 +305,16 @@ void cc_step_done(int step);
 void cc_load_libunwind(void);
 void cc_hook_runtimes(void);
 void cc_unhook_runtimes(void);
+// The file-size limit (file_limit.c): the bytes a file may reach (UINT64_MAX: no limit), and
+// SIGXFSZ held off on this thread around our writes, one they raised taken before the release.
+typedef struct cc_file_limit_hold_t {
+    sigset_t previous;
+    bool active;
+    bool was_pending;
+} cc_file_limit_hold_t;
+uint64_t cc_file_size_allowed(void);
+void cc_file_limit_hold(cc_file_limit_hold_t *hold);
+void cc_file_limit_release(cc_file_limit_hold_t *hold);
 // The static properties and the `lib` object, from the configuration (0), or -1 with the error set.
 int cc_build_static_json(const crashcapture_config *config);
 // A property key by the Sensors rules (0), or -1 with the error set; UTF-8 validity.

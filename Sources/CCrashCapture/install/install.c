@@ -195,6 +195,9 @@ static int cc_load_distinct_id(int dir_fd, const char *given) {
     hex[16] = "89ab"[(hex[16] - '0') & 3];     // RFC 4122 variant
     snprintf(cc_global.distinct_id, sizeof(cc_global.distinct_id), "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8,
              hex + 12, hex + 16, hex + 20);
+    // No room for it under the file-size limit (`ulimit -f 0`): this session goes on with the
+    // id made here, and no file, not even an empty temporary, is left.
+    if (cc_file_size_allowed() < strlen(cc_global.distinct_id)) return 0;
     char temp[64];
     snprintf(temp, sizeof(temp), ".distinct_id.%d", (int)getpid());
     fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -391,6 +394,10 @@ int crashcapture_install_sdk(const crashcapture_config *config, size_t journal_b
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk) {
     pthread_mutex_lock(&cc_install_lock);
+    // Every file install writes (the distinct id, the SDK's session and crash files) is
+    // written within the file-size limit, and none of them may end the app with SIGXFSZ.
+    cc_file_limit_hold_t file_limit;
+    cc_file_limit_hold(&file_limit);
     memset(cc_step_ns, 0, sizeof(cc_step_ns));
     cc_step_started_ns = cc_monotonic_ns();
     int result = 0;
@@ -552,6 +559,7 @@ handlers:
     if (!sdk) cc_install_rest_start();
     cc_step_done(CC_STEP_REST_THREAD);
 done:
+    cc_file_limit_release(&file_limit);
     pthread_mutex_unlock(&cc_install_lock);
     return result;
 }
