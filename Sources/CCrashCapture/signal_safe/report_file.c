@@ -134,7 +134,7 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
 void cc_write_crash_line(const cc_crash *c) {
     if (!cc_global.crash_line) return;
     char line[1024];
-    cc_buf b = {line, 0, sizeof(line) - 1, false};
+    cc_buf b = {line, 0, sizeof(line), false};
     cc_buf_append_str(&b, "crashcapture: ");
     cc_buf_append_str(&b, cc_signal_name(c->signo));
     cc_buf_append_str(&b, " (");
@@ -173,12 +173,27 @@ void cc_write_crash_line(const cc_crash *c) {
                                        : "; no report written");
     if (named == 1 || named == 2) cc_buf_append_str(&b, cc_global.file_path);
     if (named == 3 || named == 4) cc_buf_append_str(&b, cc_global.directory);
-    cc_buf_append_str(&b, "\n");
-    if (b.overflow) line[b.len - 1] = '\n';
+    // Names (the thread's, a module's, the directory's) may hold ESC or a newline: raw, they
+    // would drive the terminal that shows the log or forge a line of it. Every control
+    // character (and DEL) becomes \xNN; the text the line is made of has none of its own.
+    static char escaped[sizeof(line) * 4 + 1];
+    size_t length = 0;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < b.len && length + 5 < sizeof(escaped); i++) {
+        unsigned char byte = (unsigned char)line[i];
+        if (byte < 0x20 || byte == 0x7f) {
+            escaped[length++] = '\\';
+            escaped[length++] = 'x';
+            escaped[length++] = hex[byte >> 4];
+            escaped[length++] = hex[byte & 15];
+        } else {
+            escaped[length++] = (char)byte;
+        }
+    }
+    escaped[length++] = '\n';
     // stderr may be a file (a log), which the file-size limit also bounds: past it the write
     // would raise SIGXFSZ, and the process would die of that instead of its own signal. The
     // line is cut to what the limit leaves (getrlimit, fstat and lseek are async-signal-safe).
-    size_t length = b.len;
     struct stat status;
     uint64_t allowed = cc_file_size_allowed();
     if (allowed != UINT64_MAX && fstat(STDERR_FILENO, &status) == 0 && S_ISREG(status.st_mode)) {
@@ -188,7 +203,7 @@ void cc_write_crash_line(const cc_crash *c) {
         if (room < length) length = (size_t)room;
     }
     struct pollfd out = {.fd = STDERR_FILENO, .events = POLLOUT};
-    if (length > 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) (void)!write(STDERR_FILENO, line, length);
+    if (length > 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) (void)!write(STDERR_FILENO, escaped, length);
 }
 
 // A named crash file that will hold no report (no room under the file-size limit, or the
