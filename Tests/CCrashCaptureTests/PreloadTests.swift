@@ -157,6 +157,20 @@ import Testing
         }
     }
 
+    /// A capture directory whose bytes are not UTF-8 is refused at install with a clear error
+    /// (it would be named wrongly in every report), and nothing is made.
+    @Test func aNonUTF8DirectoryIsRefused() throws {
+        try requireLibrary()
+        let base = makeTemporaryDirectory("non-utf8")
+        let result = try run(
+            "/bin/sh", ["-c", "CRASHCAPTURE_DIR=\"$1/crash$(printf '\\377')es\" exec /bin/true", "sh", base],
+            environment: ["LD_PRELOAD": Paths.preloadLibrary])
+        #expect(result.exitCode == 0)
+        #expect(result.stderr.contains("not valid UTF-8"), "\(result.stderr)")
+        #expect(result.stderr.contains("crash\\xffes"), "\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base).isEmpty)
+    }
+
     @Test func badDirectoryIsReportedAndTheProgramRunsOn() throws {
         try requireLibrary()
         let result = try run(

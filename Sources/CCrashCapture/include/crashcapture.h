@@ -41,8 +41,8 @@ typedef struct crashcapture_property {
 typedef struct crashcapture_config {
     /// Where crash files and the distinct id live. Created 0700 if missing (its parent must
     /// exist), and made 0700 if others could read it; a symlink, a directory writable by
-    /// everyone, or one owned by another user is refused. A relative path is made absolute
-    /// against the working directory at install.
+    /// everyone, one owned by another user, or a path that is not valid UTF-8 is refused. A
+    /// relative path is made absolute against the working directory at install.
     const char *directory;
     const char *app_name;
     const char *app_version;

@@ -432,6 +432,19 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         result = cc_fail("property_count is %zu but properties is NULL", config->property_count);
         goto done;
     }
+    // Bytes that are not UTF-8 cannot travel in the reports' JSON (nor in the CLI's String):
+    // such a directory would be named wrongly everywhere it is shown or replayed.
+    if (!cc_valid_utf8(directory)) {
+        char shown[512];
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)directory; *p != '\0' && n + 5 < sizeof(shown); p++)
+            n += (size_t)snprintf(shown + n, sizeof(shown) - n, *p >= 0x80 || *p < 0x20 ? "\\x%02x" : "%c", *p);
+        shown[n] = '\0';
+        result = cc_fail("crash directory %s is not valid UTF-8: it would be named wrongly in every report and by "
+                         "crashcap; give a UTF-8 path",
+                         shown);
+        goto done;
+    }
     if (strlen(directory) >= sizeof(cc_global.directory) - 80) {
         result = cc_fail("crash directory path is too long");
         goto done;
