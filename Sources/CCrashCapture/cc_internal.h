@@ -305,8 +305,9 @@ void cc_step_done(int step);
 void cc_load_libunwind(void);
 void cc_hook_runtimes(void);
 void cc_unhook_runtimes(void);
-// The file-size limit (file_limit.c): the bytes a file may reach (UINT64_MAX: no limit), and
-// SIGXFSZ held off on this thread around our writes, one they raised taken before the release.
+// The file-size limit: the bytes a file may reach, UINT64_MAX for no limit
+// (signal_safe/file_limit.c); SIGXFSZ held off on this thread around our writes, one they
+// raised taken before the release (install/file_limit_hold.c, not for the crash path).
 typedef struct cc_file_limit_hold_t {
     sigset_t previous;
     bool active;

@@ -7,12 +7,11 @@
 // another thread meanwhile) fails with EFBIG instead. The app's disposition is never touched:
 // the signal is blocked on this thread only, and one our write left pending is taken before
 // the mask is put back, but never one that was pending before.
-// The crash path does not use the hold: it lifts the soft limit to the hard one for its
-// writes instead (crash_path.c). Only system calls here, no allocation, no lock.
-#include <signal.h>
+// The crash path does not use the hold (install/file_limit_hold.c: sigpending and
+// sigtimedwait are not async-signal-safe): it lifts the soft limit to the hard one for its
+// writes instead (crash_path.c), and reads the limit here (getrlimit only).
 #include <stdint.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "cc_internal.h"
 
@@ -20,28 +19,4 @@ uint64_t cc_file_size_allowed(void) {
     struct rlimit limit;
     if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
     return (uint64_t)limit.rlim_cur;
-}
-
-void cc_file_limit_hold(cc_file_limit_hold_t *hold) {
-    sigset_t xfsz;
-    sigemptyset(&xfsz);
-    sigaddset(&xfsz, SIGXFSZ);
-    hold->active = pthread_sigmask(SIG_BLOCK, &xfsz, &hold->previous) == 0;
-    sigset_t pending;
-    hold->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
-}
-
-void cc_file_limit_release(cc_file_limit_hold_t *hold) {
-    if (!hold->active) return;
-    hold->active = false;
-    sigset_t pending;
-    if (!hold->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ)) {
-        sigset_t xfsz;
-        sigemptyset(&xfsz);
-        sigaddset(&xfsz, SIGXFSZ);
-        struct timespec now = {0, 0};
-        siginfo_t info;
-        sigtimedwait(&xfsz, &info, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &hold->previous, NULL);
 }
