@@ -305,6 +305,15 @@ void cc_step_done(int step);
 void cc_load_libunwind(void);
 void cc_hook_runtimes(void);
 void cc_unhook_runtimes(void);
+// install_support.c: the last error's text (cc_fail sets it), the step timings' start, the
+// session's mark of life (session_journal.c) without finishing the install's rest.
+const char *cc_last_error_text(void);
+void cc_steps_begin(void);
+void cc_session_mark_alive(void);
+// session_notes.c's work behind the public calls (install.c finishes the install's rest first).
+int cc_notes_set_context_json(const char *key, const char *value_json);
+int cc_notes_set_context(const char *key, const char *value);
+int cc_notes_add_breadcrumb(const char *message);
 // The file-size limit: the bytes a file may reach, UINT64_MAX for no limit
 // (signal_safe/file_limit.c); SIGXFSZ held off on this thread around our writes, one they
 // raised taken before the release (install/file_limit_hold.c, not for the crash path).

@@ -74,6 +74,7 @@ static void cc_rest_files(bool want_space) {
     const char *step = NULL;
     const char *session_step = NULL;
     int session_err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &session_step);
+    if (session_err == 0) cc_notes_session_created();
     int err = cc_create_crash_file(true, want_space, &step);
     if (err == 0 && session_err != 0) {
         err = session_err;

@@ -233,7 +233,7 @@ static int cc_append_prevalidated(cc_buf *b, const char *json) {
         key[key_bytes] = '\0';
         if (cc_check_key(key) != 0) {
             char reason[256];
-            snprintf(reason, sizeof(reason), "%s", crashcapture_last_error());
+            snprintf(reason, sizeof(reason), "%s", cc_last_error_text());
             b->len = first;
             return cc_fail("prevalidated_properties_json: %s", reason);
         }

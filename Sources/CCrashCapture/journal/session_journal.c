@@ -280,7 +280,6 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_global.session_crash_offset = header_size + ring_in_file;
     cc_note_file(fd, &cc_global.session_dev, &cc_global.session_ino);
     atomic_store(&cc_global.session_fd, fd);
-    cc_notes_session_created();
     return 0;
 }
 
@@ -398,8 +397,7 @@ crashcapture_journal *cc_session_journal_for_events(void) {
     return cc_session.ring != NULL ? &cc_session_journal : NULL;
 }
 
-void crashcapture_session_alive(void) {
-    cc_install_rest_finish();
+void cc_session_mark_alive(void) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_WALL_MS), (uint64_t)cc_wall_ms(), memory_order_relaxed);
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_MONO_NS), (uint64_t)cc_monotonic_ns(), memory_order_relaxed);
