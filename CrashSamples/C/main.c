@@ -106,6 +106,72 @@ static int selfcheck(const char *directory) {
     return failures == 0 ? 0 : 1;
 }
 
+// What the C API must refuse where it is made, rather than let the collector refuse a whole
+// batch (or every report) later: one line per check, "ok" or "ACCEPTED".
+static int refusals(const char *directory) {
+    if (directory == NULL) return 64;
+    struct {
+        const char *what;
+        const char *json;
+    } bad_json[] = {
+        {"a trailing comma", "\"a\":1,"},
+        {"a missing value", "\"a\":"},
+        {"an unquoted key", "a:1"},
+        {"braces", "{\"a\":1}"},
+        {"a key twice", "\"a\":1,\"a\":2"},
+        {"a key of the properties", "\"plan\":\"x\""},
+        {"a bad key", "\"$bad\":1"},
+        {"a control character", "\"a\":\"x\x1by\""},
+        {"a bad number", "\"a\":01"},
+        {"an object value", "\"a\":{\"b\":1}"},
+        {"overlong UTF-8", "\"a\":\"\xc0\xaf\""},
+    };
+    crashcapture_property plan[] = {{"plan", "pro"}};
+    for (size_t i = 0; i < sizeof(bad_json) / sizeof(bad_json[0]); i++) {
+        crashcapture_config config = {.directory = directory, .app_name = "refusals", .app_version = "1",
+                                      .properties = plan, .property_count = 1,
+                                      .prevalidated_properties_json = bad_json[i].json};
+        int status = crashcapture_install(&config);
+        printf("%s install with %s%s%s\n", status != 0 ? "ok" : "ACCEPTED", bad_json[i].what, status != 0 ? ": " : "",
+               status != 0 ? crashcapture_last_error() : "");
+        if (status == 0) crashcapture_uninstall();
+    }
+    crashcapture_property twice[] = {{"plan", "pro"}, {"plan", "free"}};
+    crashcapture_config doubled = {.directory = directory, .app_name = "refusals", .app_version = "1",
+                                   .properties = twice, .property_count = 2};
+    int status = crashcapture_install(&doubled);
+    printf("%s install with a property key twice\n", status != 0 ? "ok" : "ACCEPTED");
+    if (status == 0) crashcapture_uninstall();
+    const char *good_json = "\"seats\":3,\"tags\":[\"a\",\"b\\u00e9\"],\"on\":true,\"ratio\":-1.5e3";
+    crashcapture_config config = {.directory = directory, .app_name = "refusals", .app_version = "1",
+                                  .properties = plan, .property_count = 1, .prevalidated_properties_json = good_json};
+    if (crashcapture_install(&config) != 0) {
+        printf("FAIL install with good properties: %s\n", crashcapture_last_error());
+        return 1;
+    }
+    struct {
+        const char *what;
+        crashcapture_property properties[2];
+        size_t count;
+    } bad_track[] = {
+        {"a key twice", {{"screen", "a"}, {"screen", "b"}}, 2},
+        {"a static property's key", {{"plan", "free"}}, 1},
+        {"a prevalidated property's key", {{"seats", "4"}}, 1},
+        {"overlong UTF-8", {{"screen", "\xe0\x80\xaf"}}, 1},
+        {"a UTF-16 surrogate", {{"screen", "\xed\xa0\x80"}}, 1},
+        {"a code point past U+10FFFF", {{"screen", "\xf4\x90\x80\x80"}}, 1},
+    };
+    for (size_t i = 0; i < sizeof(bad_track) / sizeof(bad_track[0]); i++) {
+        int tracked = crashcapture_track("refused_event", bad_track[i].properties, bad_track[i].count);
+        printf("%s track with %s%s%s\n", tracked != 0 ? "ok" : "ACCEPTED", bad_track[i].what,
+               tracked != 0 ? ": " : "", tracked != 0 ? crashcapture_last_error() : "");
+    }
+    crashcapture_property good[] = {{"screen", "caf\xc3\xa9 \xf0\x9f\x8d\xb5"}, {"step", "2"}};
+    printf("%s track with good properties\n", crashcapture_track("kept_event", good, 2) == 0 ? "ok" : "FAIL");
+    crashcapture_uninstall();
+    return 0;
+}
+
 static long resident_kb(void) {
     long pages = 0, resident = 0;
     FILE *statm = fopen("/proc/self/statm", "r");
@@ -219,6 +285,7 @@ int main(int argc, char **argv) {
     }
     const char *kind = argv[1];
     if (strcmp(kind, "selfcheck") == 0) return selfcheck(getenv("CRASHCAPTURE_DIR"));
+    if (strcmp(kind, "refusals") == 0) return refusals(getenv("CRASHCAPTURE_DIR"));
     if (strcmp(kind, "measure-install") == 0) return measure_install(getenv("CRASHCAPTURE_DIR"));
     const char *context = "main";
     const char *chain = "none";

@@ -162,6 +162,16 @@ func runPipelineKind(_ kind: String, count: Int) -> Bool {
         } catch {
             print("second install refused: \(error)")
         }
+    case "pipeline-static-key":
+        // A tracked property named as a static property (sample_kind) would give the event's
+        // properties one key twice, and the collector refuses the whole batch for it.
+        do {
+            try CrashCapture.track("sample_event", properties: ["sample_kind": .string("again")])
+            print("static key accepted")
+        } catch {
+            print("static key refused: \(error)")
+        }
+        try! CrashCapture.track("sample_event", properties: ["own_key": .string("kept")])
     case "pipeline-fork":
         // The child's events must not land in the parent's journal: they are dropped there.
         trackAll()
@@ -338,11 +348,12 @@ func allKinds() -> [String] {
     var names =
         swiftKindNames + [
             "pipeline-track", "pipeline-stream", "pipeline-wait", "pipeline-crash", "pipeline-crash-unwritable",
-            "pipeline-login",
-            "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice", "pipeline-notes-crash",
+            "pipeline-login", "pipeline-crash-now", "pipeline-storm", "pipeline-burst", "pipeline-install-twice",
+            "pipeline-static-key", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse", "hang-in-task",
+            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse",
+            "hang-watch-thread-ended", "hang-in-task",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -438,6 +449,20 @@ func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: I
             done.signal()
         }
         done.wait()
+        CrashCapture.flush()
+    case "hang-watch-thread-ended":
+        // Beaten only from a thread that then ends, never stopped: no hang of "thread 0" is
+        // reported; the watch is no longer checked, which is logged once.
+        let watch = CrashCapture.watch(name: "orphan", threshold: threshold)
+        let beater = Thread {
+            for _ in 0..<3 {
+                watch.beat()
+                usleep(10_000)
+            }
+        }
+        beater.start()
+        usleep(useconds_t(6 * thresholdMilliseconds * 1000))
+        withExtendedLifetime(watch) {}
         CrashCapture.flush()
     case "hang-watch-reuse":
         // A watch stopped, then released after another took its slot: the other stays watched.

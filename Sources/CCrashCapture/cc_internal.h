@@ -312,11 +312,33 @@ void cc_load_libunwind(void);
 void cc_hook_runtimes(void);
 void cc_hook_static_fatal_message(void);
 void cc_unhook_runtimes(void);
+// install_support.c: the last error's text (cc_fail sets it), the step timings' start, the
+// session's mark of life (session_journal.c) without finishing the install's rest.
+const char *cc_last_error_text(void);
+void cc_steps_begin(void);
+void cc_session_mark_alive(void);
+// session_notes.c's work behind the public calls (install.c finishes the install's rest first).
+int cc_notes_set_context_json(const char *key, const char *value_json);
+int cc_notes_set_context(const char *key, const char *value);
+int cc_notes_add_breadcrumb(const char *message);
+// The file-size limit: the bytes a file may reach, UINT64_MAX for no limit
+// (signal_safe/file_limit.c); SIGXFSZ held off on this thread around our writes, one they
+// raised taken before the release (install/file_limit_hold.c, not for the crash path).
+typedef struct cc_file_limit_hold_t {
+    sigset_t previous;
+    bool active;
+    bool was_pending;
+} cc_file_limit_hold_t;
+uint64_t cc_file_size_allowed(void);
+void cc_file_limit_hold(cc_file_limit_hold_t *hold);
+void cc_file_limit_release(cc_file_limit_hold_t *hold);
 // The static properties and the `lib` object, from the configuration (0), or -1 with the error set.
 int cc_build_static_json(const crashcapture_config *config);
 // A property key by the Sensors rules (0), or -1 with the error set; UTF-8 validity.
 int cc_check_key(const char *key);
 bool cc_valid_utf8(const char *s);
+// Whether JSON object members (no braces, flat values) name `key`.
+bool cc_members_have_key(const char *members, size_t length, const char *key);
 // The session's journal, its ring made in the session file on first use for a session made
 // without one (the C API's): NULL when there is no session or no room.
 struct crashcapture_journal *cc_session_journal_for_events(void);

@@ -1,6 +1,6 @@
 // debuginfod, through libdebuginfod loaded with dlopen on first use: each build-id asked once
-// a process, within limits set where the environment sets none, its cache kept bounded by the
-// Swift side (DebuginfodCache).
+// a process, each server at most until it first times out, within limits set where the
+// environment sets none, its cache kept bounded by the Swift side (DebuginfodCache).
 #include "crashcapture_elfutils.h"
 
 #include <dlfcn.h>
@@ -8,7 +8,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "libdw_abi.h"
@@ -102,6 +105,35 @@ int ccs_debuginfod_find(
     return found;
 }
 
+// A server that timed out once is not asked again in this run: a silent one (it takes the
+// connection and never answers) cost a whole timeout per lookup, two lookups a module (the
+// executable, then the debug info), for every module of every report. It is dropped from
+// DEBUGINFOD_URLS, so libdw's own lookups skip it too; the servers left are asked one at a
+// time (each its own DEBUGINFOD_URLS for the call), so that the one that timed out is known.
+static int64_t monotonic_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static int ask_one_server(
+    const char *server, const unsigned char *build_id, size_t build_id_size, int executable, char **found,
+    bool *timed_out) {
+    setenv("DEBUGINFOD_URLS", server, 1);
+    debuginfod_client *client = di.begin();
+    if (client == NULL) return -ENOMEM;
+    const char *timeout_text = getenv("DEBUGINFOD_TIMEOUT");
+    long timeout_s = timeout_text != NULL && timeout_text[0] != '\0' ? strtol(timeout_text, NULL, 10) : 90;
+    int64_t started = monotonic_ms();
+    int descriptor = executable ? di.find_executable(client, build_id, (int)build_id_size, found)
+                                : di.find_debuginfo(client, build_id, (int)build_id_size, found);
+    di.end(client);
+    int64_t elapsed = monotonic_ms() - started;
+    *timed_out = descriptor == -ETIME || descriptor == -ETIMEDOUT ||
+                 (descriptor < 0 && descriptor != -ENOENT && timeout_s > 0 && elapsed + 500 >= timeout_s * 1000);
+    return descriptor;
+}
+
 static int debuginfod_find_uncached(
     const unsigned char *build_id, size_t build_id_size, int executable, char *path, size_t path_size, char *why,
     size_t why_size) {
@@ -110,21 +142,48 @@ static int debuginfod_find_uncached(
         copy_message(why, why_size, di.unavailable);
         return 0;
     }
-    debuginfod_client *client = di.begin();
-    if (client == NULL) {
-        copy_message(why, why_size, "debuginfod_begin failed");
+    const char *urls = getenv("DEBUGINFOD_URLS");
+    if (urls == NULL || urls[0] == '\0') {
+        copy_message(why, why_size, "no debuginfod server is left (each timed out earlier in this run)");
         return 0;
     }
-    char *found = NULL;
-    int descriptor = executable ? di.find_executable(client, build_id, (int)build_id_size, &found)
-                                : di.find_debuginfo(client, build_id, (int)build_id_size, &found);
-    di.end(client);
-    if (descriptor < 0) {
-        copy_message(why, why_size, strerror(-descriptor));
+    char *list = strdup(urls);
+    char *left = malloc(strlen(urls) + 1);
+    if (list == NULL || left == NULL) {
+        free(list);
+        free(left);
+        copy_message(why, why_size, "out of memory");
         return 0;
     }
-    close(descriptor);
-    copy_message(path, path_size, found != NULL ? found : "");
-    free(found);
-    return found != NULL;
+    left[0] = '\0';
+    int result = 0;
+    int last_error = -ENOENT;
+    char *save = NULL;
+    for (char *server = strtok_r(list, " \t\n", &save); server != NULL; server = strtok_r(NULL, " \t\n", &save)) {
+        bool timed_out = false;
+        char *found = NULL;
+        int descriptor =
+            result ? -ENOENT : ask_one_server(server, build_id, build_id_size, executable, &found, &timed_out);
+        if (descriptor >= 0) {
+            close(descriptor);
+            copy_message(path, path_size, found != NULL ? found : "");
+            result = found != NULL;
+        } else if (!result) {
+            last_error = descriptor;
+        }
+        free(found);
+        if (timed_out) {
+            fprintf(stderr, "crashcap: debuginfod server %s did not answer in time; not asked again in this run\n",
+                    server);
+            continue;
+        }
+        if (left[0] != '\0') strcat(left, " ");
+        strcat(left, server);
+    }
+    // The servers that answered (or were not asked) stay; an empty list asks nobody.
+    setenv("DEBUGINFOD_URLS", left, 1);
+    free(list);
+    free(left);
+    if (!result) copy_message(why, why_size, last_error == -ETIME ? "timed out" : strerror(-last_error));
+    return result;
 }

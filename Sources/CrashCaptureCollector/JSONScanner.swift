@@ -51,6 +51,8 @@ struct JSONScanner {
     private var index = 0
     /// The top-level keys of the event being scanned (kept between events, emptied for each).
     private var keys: [Range<Int>] = []
+    /// The index in `keys` of the last key written with escapes, -1 for none yet.
+    private var lastEscapedKey = -1
     /// True while the scan is inside an event's `properties`, whose column members it notes.
     private var inProperties = false
     private var columns = PropertyColumns()
@@ -176,6 +178,7 @@ struct JSONScanner {
         var event = Event(text: start..<start)
         try expect(UInt8(ascii: "{"))
         keys.removeAll(keepingCapacity: true)
+        lastEscapedKey = -1
         columns = PropertyColumns()
         var seen: (UInt64, UInt64) = (0, 0)
         if !closesAtOnce(UInt8(ascii: "}")) {
@@ -252,6 +255,23 @@ struct JSONScanner {
                 }
             }
         }
+        // A key written with escapes (`\u0065vent`) is the key it decodes to: compared decoded,
+        // with every key of the object, and theirs decoded too. Rare, so slow.
+        let escaped = memchr(base + key.lowerBound, 0x5c, key.count) != nil
+        // Only where this object may hold a key with escapes: its own index is at `start` or above
+        // (a stale one from a closed object only costs the slow path).
+        if escaped || lastEscapedKey >= start {
+            let decoded = Self.decodedString((key.lowerBound - 1)..<(key.upperBound + 1), in: bytes)
+            for index in start..<keys.count {
+                let other = keys[index]
+                guard memchr(base + other.lowerBound, 0x5c, other.count) != nil || escaped else { continue }
+                if Self.decodedString((other.lowerBound - 1)..<(other.upperBound + 1), in: bytes) == decoded {
+                    let name = String(decoding: UnsafeBufferPointer(rebasing: bytes[key]), as: UTF8.self)
+                    throw Failure(offset: key.lowerBound, reason: "key \"\(name)\" twice in one object (as decoded)")
+                }
+            }
+        }
+        if escaped { lastEscapedKey = keys.count }
         keys.append(key)
     }
 

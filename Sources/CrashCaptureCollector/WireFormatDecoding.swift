@@ -50,6 +50,9 @@ extension WireFormat {
         }
     }
 
+    /// The longest event name taken, in bytes (the Sensors rules' 100).
+    static let maximumEventName = 100
+
     private static func stored(_ event: JSONScanner.Event, index: Int, in bytes: UnsafeBufferPointer<UInt8>) throws
         -> (id: String, text: String)
     {
@@ -64,6 +67,29 @@ extension WireFormat {
         }
         if !type.hasSuffix("_delete"), !event.hasProperties {
             throw CrashCaptureError.corrupt("record \(index) (\(type)) lacks properties")
+        }
+        // `time`, when given, is milliseconds since the epoch: a whole number, not below 0.
+        if let time = event.time {
+            let digits = UnsafeBufferPointer(rebasing: bytes[time])
+            guard !digits.isEmpty, digits.count <= 16, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                throw CrashCaptureError.corrupt(
+                    "record \(index) has a bad time \(JSONScanner.text(time, in: bytes).prefix(40)): milliseconds "
+                        + "since the epoch, a whole number of at most 16 digits")
+            }
+        }
+        // An event name is a name: at most 100 bytes, no control character (an ESC would reach
+        // every terminal and log that shows it).
+        if let nameToken = event.eventName, event.hasEventName {
+            guard let name = JSONScanner.decodedString(nameToken, in: bytes) else {
+                throw CrashCaptureError.corrupt("record \(index) has an unreadable event name")
+            }
+            if name.utf8.count > maximumEventName {
+                throw CrashCaptureError.corrupt(
+                    "record \(index) has an event name of \(name.utf8.count) bytes; at most \(maximumEventName)")
+            }
+            if name.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) {
+                throw CrashCaptureError.corrupt("record \(index) has a control character in its event name")
+            }
         }
         // Validated by the scanner already; from a buffer, String takes its fast path.
         let record = UnsafeBufferPointer(rebasing: bytes[event.text])
@@ -125,7 +151,11 @@ extension WireFormat {
         }
     }
 
-    /// The form fields of a request body (or a query string), each unescaped.
+    /// Fields a client may repeat (the last counts): none of them carries or describes the data.
+    static let repeatable: Set<String> = ["project", "token", "instant_event", "ext"]
+
+    /// The form fields of a request body (or a query string), each unescaped. A field given
+    /// twice is refused, but for `repeatable` ones.
     package static func formFields(_ bytes: [UInt8]) throws -> [String: [UInt8]] {
         // A well-formed body is ASCII (the rest is %-escaped); anything else must at least be UTF-8.
         if bytes.contains(where: { $0 >= 0x80 }), String(validating: bytes, as: UTF8.self) == nil {
@@ -140,6 +170,11 @@ extension WireFormat {
             else {
                 throw CrashCaptureError.corrupt(
                     "malformed form field \"\(String(decoding: pair.prefix(40), as: UTF8.self))\"")
+            }
+            // Two of the fields that carry or describe the data: which counts would be a guess (one
+            // was silently ignored), so neither does.
+            if fields[name] != nil, repeatable.contains(name) == false {
+                throw CrashCaptureError.corrupt("form field \"\(name)\" given twice")
             }
             fields[name] = value
         }
@@ -250,7 +285,15 @@ extension WireFormat {
                         throw CrashCaptureError.corrupt("inflated data exceeds \(maximumBytes) bytes")
                     }
                     output.append(chunk.baseAddress!, count: produced)
-                    if status == Z_STREAM_END { return }
+                    // A gzip file may hold several members, one after another (RFC 1952 2.2):
+                    // each is read, none dropped.
+                    if status == Z_STREAM_END {
+                        if stream.avail_in == 0 { return }
+                        guard inflateReset(&stream) == Z_OK else {
+                            throw CrashCaptureError.corrupt("data_list is not valid gzip (a member cannot be read)")
+                        }
+                        continue
+                    }
                     if status != Z_OK {
                         throw CrashCaptureError.corrupt("data_list is not valid gzip (zlib status \(status))")
                     }

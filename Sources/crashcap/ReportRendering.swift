@@ -72,6 +72,9 @@ enum ReportRendering {
         if let address = properties["crash_fault_address"] as? String, report.signalName != "SIGABRT" {
             signal += " at \(address)"
         }
+        if let sender = properties["crash_sender_pid"] {
+            signal += " sent by pid \(sender)" + (properties["crash_sender_uid"].map { " (uid \($0))" } ?? "")
+        }
         lines.append("\(style.bold("signal")):   \(style.red(signal))")
         let summary = symbolicator.summary(of: report, symbols: symbols)
         lines.append("\(style.bold("title")):    \(summary.title)  " + style.dim("fingerprint \(summary.fingerprint)"))

@@ -25,6 +25,26 @@ import Testing
         #expect(line.contains("in thread \(report.properties["crash_tid"] ?? "?") "))
     }
 
+    /// A directory or thread name with ESC or a newline is escaped (\xNN) on the line: raw, it
+    /// would drive the terminal that shows the log, or forge a second log line.
+    @Test func controlCharactersInNamesAreEscaped() throws {
+        let directory = makeTemporaryDirectory("crash-line-escape") + "/cr\u{1b}[31m\nash"
+        let script = """
+            import ctypes
+            ctypes.CDLL(None).prctl(15, b"th\\x1b[2Jr\\nead", 0, 0, 0)
+            ctypes.string_at(0)
+            """
+        let crashed = try run(
+            "/usr/bin/python3", ["-c", script],
+            environment: ["CRASHCAPTURE_DIR": directory, "LD_PRELOAD": Paths.preloadLibrary])
+        #expect(crashed.signal == SIGSEGV)
+        let lines = crashed.stderr.split(separator: "\n", omittingEmptySubsequences: false)
+        let line = try #require(lines.first { $0.hasPrefix("crashcapture: ") }, "\(crashed.stderr)")
+        #expect(!crashed.stderr.contains("\u{1b}"), "\(crashed.stderr)")
+        #expect(line.contains("\"th\\x1b[2Jr\\x0aead\""), "\(line)")
+        #expect(line.contains("cr\\x1b[31m\\x0aash"), "\(line)")
+    }
+
     @Test func theLineCanBeTurnedOff() throws {
         let directory = makeTemporaryDirectory("crash-line-off")
         let crashed = try run(

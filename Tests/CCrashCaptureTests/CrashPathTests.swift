@@ -34,6 +34,22 @@ import Testing
         #expect(report.properties["crash_unwinder"] as? String == "libunwind")
     }
 
+    /// A SIGSEGV sent (kill, sigqueue: si_code <= 0) has no fault address: the siginfo's address
+    /// field holds the sender's pid and uid, which the report names as the sender's.
+    @Test func aSentSignalNamesItsSenderNotAnAddress() throws {
+        let (result, directory) = try crash(Paths.cSample, "sigqueue-segv")
+        #expect(result.signal == SIGSEGV)
+        let report = try verifiedReport(in: directory, signal: "SIGSEGV")
+        #expect(report.codeName == "SI_QUEUE")
+        #expect(report.properties["crash_fault_address"] == nil, "\(report.properties)")
+        let pid = (report.properties["$pid"] as? NSNumber)?.int32Value
+        #expect(pid != nil && (report.properties["crash_sender_pid"] as? NSNumber)?.int32Value == pid)
+        #expect((report.properties["crash_sender_uid"] as? NSNumber)?.uint32Value == getuid())
+        let reason = report.reason ?? ""
+        #expect(reason.contains("sent by pid \(pid ?? -1) (uid \(getuid()))"), "\(reason)")
+        #expect(!reason.contains(" at 0x"), "\(reason)")
+    }
+
     /// A system call the process's seccomp filter traps (a container's profile does this to a
     /// forbidden call): SIGSYS, caught like any crash, with the call's number in the report,
     /// and the process dies of SIGSYS as it would have.

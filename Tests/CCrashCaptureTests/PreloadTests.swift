@@ -115,6 +115,62 @@ import Testing
         #expect(size < 256 * 1024, "\(size) bytes")
     }
 
+    /// A small file-size limit (`ulimit -f`) never ends a program through our writes (SIGXFSZ,
+    /// exit 153, once killed /bin/true at install): at 0 and at 4 KiB a program exits as it would,
+    /// no temporary file is left, and a crash under 4 KiB, with no room for a report, is noted in
+    /// the session file and replayed as a crash.
+    @Test(arguments: [0, 4])
+    func aSmallFileSizeLimitNeverEndsTheProgram(kilobytes: Int) throws {
+        try requireLibrary()
+        let work = makeTemporaryDirectory("fsize")
+        let source = """
+            #include <unistd.h>
+            int main(int argc, char **argv) {
+                (void)argv;
+                usleep(80 * 1000);  // past the install's rest, which makes the files
+                if (argc > 1) *(volatile int *)0 = 1;
+                return 0;
+            }
+            """
+        try source.write(toFile: work + "/waits.c", atomically: false, encoding: .utf8)
+        let compile = try run("/usr/bin/cc", ["-O0", "-o", work + "/waits", work + "/waits.c"])
+        try #require(compile.exitCode == 0, "\(compile.stderr)")
+        for (name, program) in [("true", "/bin/true"), ("exit", work + "/waits"), ("crash", work + "/waits crash")] {
+            let directory = work + "/crashes-" + name
+            let result = try run(
+                "/bin/sh", ["-c", "ulimit -f \(kilobytes); exec \(program)"],
+                environment: ["LD_PRELOAD": Paths.preloadLibrary, "CRASHCAPTURE_DIR": directory])
+            if name == "crash" {
+                #expect(result.signal == SIGSEGV, "\(name): \(result.exitCode) \(result.stderr)")
+            } else {
+                #expect(result.exitCode == 0 && result.signal == nil, "\(name): \(result.exitCode) \(result.stderr)")
+            }
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            #expect(!left.contains { $0.hasPrefix(".") }, "\(name): a temporary file is left: \(left)")
+            if name == "crash" && kilobytes > 0 {
+                #expect(result.stderr.contains("noted in its session file"), "\(result.stderr)")
+                let replay = try run(Paths.crashcap, ["replay", directory], timeout: 60)
+                #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+                let events = try storedEvents(in: directory)
+                #expect(events.contains { $0["event"] as? String == "$AppCrashed" }, "\(events)")
+            }
+        }
+    }
+
+    /// A capture directory whose bytes are not UTF-8 is refused at install with a clear error
+    /// (it would be named wrongly in every report), and nothing is made.
+    @Test func aNonUTF8DirectoryIsRefused() throws {
+        try requireLibrary()
+        let base = makeTemporaryDirectory("non-utf8")
+        let result = try run(
+            "/bin/sh", ["-c", "CRASHCAPTURE_DIR=\"$1/crash$(printf '\\377')es\" exec /bin/true", "sh", base],
+            environment: ["LD_PRELOAD": Paths.preloadLibrary])
+        #expect(result.exitCode == 0)
+        #expect(result.stderr.contains("not valid UTF-8"), "\(result.stderr)")
+        #expect(result.stderr.contains("crash\\xffes"), "\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base).isEmpty)
+    }
+
     @Test func badDirectoryIsReportedAndTheProgramRunsOn() throws {
         try requireLibrary()
         let result = try run(

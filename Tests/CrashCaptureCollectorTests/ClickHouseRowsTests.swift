@@ -25,7 +25,7 @@ import Testing
             #"{"properties":{"a":1},"type":"track","event":"first","event_id":"1"}"#,
             #"{"type":"track","event":"last","event_id":"2","properties":{"a":2}}"#,
             #"{ "type" : "track" , "properties" : { "a" : 3 } , "event" : "middle", "event_id":"3" }"#,
-            #"{"type":"track","event":"quoted \"\\ \u0001","event_id":"4","properties":{"text":"line\nbreak \"q\" \\"}}"#,
+            #"{"type":"track","event":"quoted \"\\ \u00e9","event_id":"4","properties":{"text":"line\nbreak \"q\" \\ \u0001"}}"#,
         ]
         let rows = try Self.rows(records)
         #expect(rows.count == records.count)
@@ -38,7 +38,7 @@ import Testing
             let expected = try JSONSerialization.jsonObject(with: Data(original.utf8)) as? NSDictionary
             #expect(rebuilt == expected, "\(whole)")
         }
-        #expect(rows[3]["event"] as? String == "quoted \"\\ \u{1}")
+        #expect(rows[3]["event"] as? String == "quoted \"\\ \u{e9}")
     }
 
     @Test func columnsComeFromTheRecordAndItsProperties() throws {

@@ -85,6 +85,43 @@ import Testing
         #expect(try collector.events().count == 2)
     }
 
+    /// What the Sensors format does not allow is refused with 400 and a reason, by the real
+    /// server: a key twice however it is spelled, a bad `time`, an event name with a control
+    /// character or too long, a repeated form field; every member of a gzip body is read.
+    @Test func refusesWhatTheFormatDoesNotAllow() throws {
+        let collector = try CollectorProcess()
+        func refused(_ record: String, _ fragment: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+            let (status, body) = try collector.request("POST", "/sa", body: try WireFormat.encode(events: [record]))
+            let reason = (try? JSONSerialization.jsonObject(with: body) as? [String: Any])?["error"] as? String ?? ""
+            #expect(status == 400, "\(record)", sourceLocation: sourceLocation)
+            #expect(reason.contains(fragment), "\(reason)", sourceLocation: sourceLocation)
+        }
+        try refused(#"{"type":"track","event":"x","\u0065vent":"y","event_id":"e1","properties":{}}"#, "twice")
+        try refused(#"{"type":"track","event":"x","event_id":"e2","properties":{"a":1,"\u0061":2}}"#, "twice")
+        try refused(#"{"type":"track","event":"x","time":-1,"event_id":"e3","properties":{}}"#, "time")
+        try refused(#"{"type":"track","event":"x","time":"1700000000000","event_id":"e4","properties":{}}"#, "time")
+        try refused(#"{"type":"track","event":"x\u001b[31m","event_id":"e5","properties":{}}"#, "control")
+        try refused(
+            #"{"type":"track","event":""# + String(repeating: "a", count: 10_000)
+                + #"","event_id":"e6","properties":{}}"#,
+            "event name")
+        // Two data_list fields: one of them would be silently ignored.
+        let first = try WireFormat.encode(events: [#"{"type":"track","event":"x","event_id":"f1","properties":{}}"#])
+        let second = String(decoding: first, as: UTF8.self).components(separatedBy: "&").first {
+            $0.hasPrefix("data_list=")
+        }!
+        let (repeated, reason) = try collector.request("POST", "/sa", body: first + Data(("&" + second).utf8))
+        #expect(repeated == 400, "\(String(decoding: reason, as: UTF8.self))")
+        // A gzip body of two members: both are read (only the first was, the rest dropped with 200).
+        let one = try WireFormat.gzip(Data(#"[{"type":"track","event":"x","event_id":"g1","#.utf8))
+        let two = try WireFormat.gzip(
+            Data(#""properties":{}},{"type":"track","event":"x","event_id":"g2","properties":{}}]"#.utf8))
+        let body = Data("gzip=1&data_list=\(WireFormat.formEscape((one + two).base64EncodedString()))".utf8)
+        let (status, answer) = try collector.request("POST", "/sa", body: body)
+        #expect(status == 200, "\(String(decoding: answer, as: UTF8.self))")
+        #expect(try collector.events().compactMap { $0["event_id"] as? String } == ["g1", "g2"])
+    }
+
     @Test func deduplicatesByEventID() throws {
         let collector = try CollectorProcess()
         let batch = try WireFormat.encode(events: [

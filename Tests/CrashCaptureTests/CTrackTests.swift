@@ -44,4 +44,22 @@ import Testing
         #expect(events.contains { $0["event"] as? String == "$AppCrashed" } == crashes)
         #expect(sessionFiles(directory).isEmpty, "replay closed the session")
     }
+
+    /// What the collector would refuse (a key twice in one object, text that is not strict UTF-8)
+    /// is refused by track() and install, where it is made: the collector refuses a whole batch
+    /// for one such event, and static properties that are not JSON spoil every report.
+    @Test func badInputIsRefusedWhereItIsMade() throws {
+        let directory = makeTemporaryDirectory("c-refusals")
+        let result = try run(
+            Paths.cSample, ["refusals"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"],
+            timeout: 30)
+        #expect(result.exitCode == 0, "\(result.stdout)\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 19, "\(result.stdout)")
+        #expect(lines.allSatisfy { $0.hasPrefix("ok ") }, "\(result.stdout)")
+        #expect(
+            lines.contains { $0.hasPrefix("ok track with a key twice: ") && $0.contains("\"screen\" is given twice") })
+        #expect(result.stdout.contains("ok track with good properties"))
+        #expect(result.stdout.contains("ok install with a trailing comma: prevalidated_properties_json"))
+    }
 }

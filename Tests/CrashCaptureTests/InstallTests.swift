@@ -142,4 +142,16 @@ import Testing
         #expect((properties["$model"] as? String)?.isEmpty == false)
         #expect((properties["$process_start_time"] as? NSNumber)?.int64Value ?? 0 > 1_600_000_000_000)
     }
+
+    /// track() refuses a property named as a static property: the event would name that key
+    /// twice, and the collector refuses the whole batch it travels in.
+    @Test func trackRefusesAStaticPropertysKey() throws {
+        let directory = makeTemporaryDirectory("static-key")
+        let result = try run(
+            Paths.swiftSample, ["pipeline-static-key"],
+            environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"], timeout: 60)
+        #expect(result.exitCode == 0, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("static key refused: "), "\(result.stdout)")
+        #expect(result.stdout.contains("\"sample_kind\""), "\(result.stdout)")
+    }
 }

@@ -391,6 +391,33 @@ func expectMatchesLLVM(
         #expect(shown.filter { $0.module == "app" }.allSatisfy { $0.chain.allSatisfy { $0.file == nil } })
     }
 
+    /// A server that timed out once is not asked again in the run. A report replayed where its
+    /// module is not on the disk asked a silent server twice for it (the executable, then the
+    /// debug info), a whole timeout each; now one timeout is the whole cost, whatever the number
+    /// of lookups after it.
+    @Test func aSilentDebuginfodServerCostsOneTimeoutARun() throws {
+        let sample = try InlineSample.built(.c)
+        let install = makeTemporaryDirectory("debuginfod-silent-once")
+        let (stripped, debug) = try InlineSample.strip(sample.unstripped, into: install, debuglink: false)
+        try FileManager.default.removeItem(atPath: debug)
+        let (directory, _) = try InlineSample.crash(stripped)
+        // Replayed elsewhere: the module is not on this disk either.
+        try FileManager.default.removeItem(atPath: stripped)
+        let (listener, port) = loopbackSocket()
+        defer { close(listener) }
+        #expect(listen(listener, 64) == 0)
+        let start = Date()
+        let replay = try run(
+            Paths.crashcap, ["replay", directory],
+            environment: [
+                "DEBUGINFOD_URLS": "http://127.0.0.1:\(port)", "DEBUGINFOD_RETRY_LIMIT": "0", "DEBUGINFOD_TIMEOUT": "3",
+                "DEBUGINFOD_CACHE_PATH": makeTemporaryDirectory("debuginfod-silent-once-cache"),
+            ], timeout: 120)
+        let seconds = Date().timeIntervalSince(start)
+        #expect(replay.exitCode == 0, "\(replay.stdout)\(replay.stderr)")
+        #expect(seconds >= 2.5 && seconds <= 5, "\(seconds) s: one timeout of 3 s, and 2 s at most besides")
+    }
+
     @Test func miniDebugInfoNamesFunctionsOfAStrippedBinary() throws {
         let sample = try InlineSample.built(.c)
         let install = makeTemporaryDirectory("minidebuginfo")

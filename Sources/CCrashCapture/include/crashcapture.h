@@ -31,7 +31,8 @@ extern "C" {
 
 /// A static property attached to every event of this process. Keys follow the Sensors
 /// Analytics rules (letters, digits, `_` and `$`, not starting with a digit, at most 100
-/// bytes, no `$` prefix and no reserved name); values are UTF-8 text of at most 8191 bytes.
+/// bytes, no `$` prefix and no reserved name), each named once; values are UTF-8 text (strict:
+/// no overlong forms, surrogates or code points past U+10FFFF) of at most 8191 bytes.
 typedef struct crashcapture_property {
     const char *key;
     const char *value;
@@ -40,8 +41,8 @@ typedef struct crashcapture_property {
 typedef struct crashcapture_config {
     /// Where crash files and the distinct id live. Created 0700 if missing (its parent must
     /// exist), and made 0700 if others could read it; a symlink, a directory writable by
-    /// everyone, or one owned by another user is refused. A relative path is made absolute
-    /// against the working directory at install.
+    /// everyone, one owned by another user, or a path that is not valid UTF-8 is refused. A
+    /// relative path is made absolute against the working directory at install.
     const char *directory;
     const char *app_name;
     const char *app_version;
@@ -50,7 +51,11 @@ typedef struct crashcapture_config {
     const crashcapture_property *properties;
     size_t property_count;
     /// For language bindings that validate typed values themselves: the members of a JSON
-    /// object (`"k":1,"s":"v"`, no braces), appended after `properties`. NULL for none.
+    /// object (`"k":1,"s":"v"`, no braces), appended after `properties`. NULL for none. Read
+    /// strictly at install, which fails on anything else: not JSON (a trailing comma, a bad
+    /// escape, a control character, text that is not strict UTF-8), a key by other rules than
+    /// `properties`' or named twice (here or there), a value that is not text (at most 8191
+    /// bytes), a number, true, false or a list of at most 500 texts.
     const char *prevalidated_properties_json;
     /// Bytes reserved on disk for the crash report at install. 0: the default (960 KiB, which
     /// holds most reports whole; a larger one that finds no room past it is made to fit).
@@ -87,7 +92,8 @@ CRASHCAPTURE_API int crashcapture_is_installed(void);
 /// program has no event store, so its events wait there for `crashcap replay` or `crashcap
 /// watch` (the session file stays after a normal exit when it holds events). Never blocks: once
 /// the journal (256 KiB, about 1,000 events) is full, events are dropped and counted. 0, or -1
-/// with crashcapture_last_error() set.
+/// with crashcapture_last_error() set; refused, with nothing tracked, is what the collector would
+/// refuse: a key given twice, or named as a static property, a value that is not strict UTF-8.
 CRASHCAPTURE_API int crashcapture_track(const char *event, const crashcapture_property *properties, size_t count);
 
 /// Context for the report of a crash: `key` (the rules of a property key) set to the text
@@ -181,7 +187,10 @@ typedef struct crashcapture_watch {
 
 /// A watch named `name` (at most 63 bytes kept) with a threshold of `threshold_ms` (10 ms to
 /// 60 s; held to those bounds). Never NULL: before install, after uninstall, or with 256
-/// watches already, a watch that nothing checks.
+/// watches already, a watch that nothing checks. A watch whose last beat came from a thread
+/// that has since ended (without crashcapture_watch_stop) is not reported as hung: it is no
+/// longer checked, which the listener hears once (a CRASHCAPTURE_HANG notice, error ESRCH),
+/// until a living thread beats it again.
 CRASHCAPTURE_API crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms);
 
 /// 1 when the watchdog checks the watch, 0 for one that nothing checks.

@@ -16,6 +16,10 @@ extern "C" {
 /// (rounded to 8), and says whether the SDK tracks $AppStart/$AppEnd itself.
 int crashcapture_install_sdk(const crashcapture_config *config, size_t journal_bytes, int tracks_lifecycle);
 
+/// 1 when the installed session's static properties (the SDK's own and the app's) name `key`:
+/// track() refuses such a key, which the event would then name twice. 0 otherwise.
+int crashcapture_is_static_property(const char *key);
+
 /// A ring of framed entries. The session's lives in its session file; one in memory serves
 /// as the fallback when the file has no room for it, and in tests.
 typedef struct crashcapture_journal crashcapture_journal;

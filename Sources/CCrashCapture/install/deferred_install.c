@@ -75,6 +75,7 @@ static void cc_rest_files(bool want_space) {
     const char *step = NULL;
     const char *session_step = NULL;
     int session_err = cc_session_file_create(0, CCF_LIFECYCLE_AT_REPLAY, false, &session_step);
+    if (session_err == 0) cc_notes_session_created();
     int err = cc_create_crash_file(true, want_space, &step);
     if (err == 0 && session_err != 0) {
         err = session_err;
@@ -101,7 +102,12 @@ static void cc_rest_run(bool for_crash) {
     }
     if (!for_crash) cc_crash_path_prepare();
     cc_rest_directory();
+    // The files are written within the file-size limit, SIGXFSZ held off: the rest also runs on
+    // the app's own threads (cc_install_rest_finish), which the signal would end.
+    cc_file_limit_hold_t file_limit;
+    cc_file_limit_hold(&file_limit);
     cc_rest_files(!for_crash);
+    cc_file_limit_release(&file_limit);
     cc_rest_for_report();
     if (!for_crash) cc_process_state_keep_files();
     atomic_store(&cc_global.install_rest, for_crash ? CC_REST_FOR_REPORT : CC_REST_DONE);

@@ -25,48 +25,16 @@ cc_state cc_global = {
     .fd = -1, .dir_fd = -1, .reserved_fds = {-1, -1, -1, -1}, .session_fd = -1, .unwinder_pipe = {-1, -1}};
 
 static pthread_mutex_t cc_install_lock = PTHREAD_MUTEX_INITIALIZER;
-static char cc_last_error[1024];
 static bool cc_hooks_registered;
 
 static bool cc_valid_distinct_id(const char *id, size_t len);
 
-static const char *const cc_step_names[CC_STEP_COUNT] = {
-    "configuration", "directory", "crash_path", "bound", "crash_file", "session_file",
-    "modules", "libunwind_load", "libunwind_first_step", "kept_files", "runtimes", "signals", "rest_thread"};
-static int64_t cc_step_ns[CC_STEP_COUNT];
-static int64_t cc_step_started_ns;
 
-void cc_step_done(int step) {
-    int64_t now = cc_monotonic_ns();
-    cc_step_ns[step] = now - cc_step_started_ns;
-    cc_step_started_ns = now;
-}
-
-size_t crashcapture_test_install_steps(char *out, size_t capacity) {
-    cc_buf b = {out, 0, capacity > 0 ? capacity - 1 : 0, false};
-    cc_buf_append_str(&b, "{");
-    for (int i = 0; i < CC_STEP_COUNT; i++) {
-        cc_buf_append_str(&b, i > 0 ? ",\"" : "\"");
-        cc_buf_append_str(&b, cc_step_names[i]);
-        cc_buf_append_str(&b, "\":");
-        cc_buf_append_i64(&b, cc_step_ns[i]);
-    }
-    cc_buf_append_str(&b, "}");
-    if (capacity > 0) out[b.overflow ? 0 : b.len] = '\0';
-    return b.overflow ? 0 : b.len;
-}
-
-int cc_fail(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    vsnprintf(cc_last_error, sizeof(cc_last_error), format, args);
-    va_end(args);
-    return -1;
-}
 
 const char *crashcapture_last_error(void) {
     const char *deferred = cc_install_rest_problem();
-    return cc_last_error[0] == '\0' && deferred != NULL ? deferred : cc_last_error;
+    const char *own = cc_last_error_text();
+    return own[0] == '\0' && deferred != NULL ? deferred : own;
 }
 
 int crashcapture_is_installed(void) { return atomic_load(&cc_global.installed); }
@@ -105,6 +73,34 @@ const char *crashcapture_static_properties_json(void) { return cc_global.static_
 int crashcapture_has_libunwind(void) {
     cc_install_rest_finish();
     return cc_global.unw_init_local2 != NULL;
+}
+
+// The C API's calls that need what the install's rest makes: done at once, on the caller's
+// thread, if it is still to do; the work itself is below (modules.c, session_journal.c).
+int crashcapture_refresh_modules(void) {
+    cc_install_rest_finish();
+    return cc_modules_capture();
+}
+
+void crashcapture_session_alive(void) {
+    cc_install_rest_finish();
+    cc_session_mark_alive();
+}
+
+// The notes are in the session file.
+int crashcapture_set_context_json(const char *key, const char *value_json) {
+    cc_install_rest_finish();
+    return cc_notes_set_context_json(key, value_json);
+}
+
+int crashcapture_set_context(const char *key, const char *value) {
+    cc_install_rest_finish();
+    return cc_notes_set_context(key, value);
+}
+
+int crashcapture_add_breadcrumb(const char *message) {
+    cc_install_rest_finish();
+    return cc_notes_add_breadcrumb(message);
 }
 
 // MARK: - Directory and identity
@@ -146,19 +142,6 @@ static int cc_open_directory(const char *path) {
     return fd;
 }
 
-// ext4 makes a name just linked to a file durable with that file's fsync: with a journal the
-// link and the inode's change share one transaction, which fsync commits; without one,
-// ext4_sync_parent writes the directory of an inode given a new entry. The crash path then
-// links first and flushes once, instead of flushing the records and then the directory.
-// ext2's own driver shares the magic number but not the behaviour; only the ext4 driver
-// answers EXT4_IOC_GETSTATE (Linux 5.4 and later; earlier kernels keep the two flushes, as
-// do XFS, btrfs, overlayfs and NFS).
-#define CC_EXT4_IOC_GETSTATE _IOW('f', 41, uint32_t)
-bool cc_fsync_covers_new_name(int dir_fd) {
-    struct statfs fs;
-    uint32_t state = 0;
-    return fstatfs(dir_fd, &fs) == 0 && fs.f_type == 0xEF53 && ioctl(dir_fd, CC_EXT4_IOC_GETSTATE, &state) == 0;
-}
 
 static bool cc_valid_distinct_id(const char *id, size_t len) {
     if (len == 0 || len > 255) return false;
@@ -195,6 +178,9 @@ static int cc_load_distinct_id(int dir_fd, const char *given) {
     hex[16] = "89ab"[(hex[16] - '0') & 3];     // RFC 4122 variant
     snprintf(cc_global.distinct_id, sizeof(cc_global.distinct_id), "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8,
              hex + 12, hex + 16, hex + 20);
+    // No room for it under the file-size limit (`ulimit -f 0`): this session goes on with the
+    // id made here, and no file, not even an empty temporary, is left.
+    if (cc_file_size_allowed() < strlen(cc_global.distinct_id)) return 0;
     char temp[64];
     snprintf(temp, sizeof(temp), ".distinct_id.%d", (int)getpid());
     fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -216,31 +202,6 @@ static bool cc_is_ours(const struct sigaction *sa) {
 
 
 
-// Whether we run in a container, and which kind, by the marks each runtime leaves.
-void cc_detect_container(void) {
-    const char *kind = "none";
-    char text[4096];
-    if (getenv("KUBERNETES_SERVICE_HOST") != NULL) {
-        kind = "kubernetes";
-    } else if (access("/.dockerenv", F_OK) == 0) {
-        kind = "docker";
-    } else if (access("/run/.containerenv", F_OK) == 0) {
-        kind = "podman";
-    } else if (getenv("container") != NULL) {
-        kind = "container";  // systemd-nspawn, LXC and others set it for PID 1
-    } else {
-        int fd = open("/proc/1/cgroup", O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
-        if (fd >= 0) close(fd);
-        if (n > 0) {
-            text[n] = '\0';
-            if (strstr(text, "docker") != NULL) kind = "docker";
-            else if (strstr(text, "kubepods") != NULL) kind = "kubernetes";
-            else if (strstr(text, "containerd") != NULL || strstr(text, "lxc") != NULL) kind = "container";
-        }
-    }
-    snprintf(cc_global.container, sizeof(cc_global.container), "%s", kind);
-}
 
 static int cc_install_signal_handlers(void) {
     memset(&cc_global.ours, 0, sizeof(cc_global.ours));
@@ -265,27 +226,6 @@ static int cc_install_signal_handlers(void) {
     return 0;
 }
 
-// The signal that asks each thread for its context at a crash: the highest real-time signal
-// nobody handles (apps and libraries that take one usually take the lowest free). Without a
-// free one, a report still lists every thread, without their stacks.
-void cc_install_thread_signal(void) {
-    cc_global.thread_signal = 0;
-    for (int signo = SIGRTMAX; signo > SIGRTMIN; signo--) {
-        struct sigaction current;
-        if (sigaction(signo, NULL, &current) != 0 || current.sa_handler != SIG_DFL) continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_sigaction = cc_thread_capture_handler;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-        // Parked in this handler, a thread runs nothing else but a crash of its own.
-        sigfillset(&sa.sa_mask);
-        for (int i = 0; i < CC_HANDLED_SIGNAL_COUNT; i++) sigdelset(&sa.sa_mask, cc_handled_signals[i]);
-        if (sigaction(signo, &sa, NULL) != 0) continue;
-        cc_global.thread_signal = signo;
-        cc_global.thread_signal_previous = current;
-        return;
-    }
-}
 
 static void cc_restore_thread_signal(void) {
     int signo = cc_global.thread_signal;
@@ -347,39 +287,6 @@ static void cc_after_fork(void) {
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk);
 
-// Whether the directory already holds as many crash files, or crash and session bytes, as
-// it may: a program that crashes at every start, with nobody replaying, must not fill the disk.
-// Counted once at install, where listing a directory costs nothing that matters.
-bool cc_directory_is_over_bound(int dir_fd) {
-    // A descriptor of its own: a dup would share dir_fd's position, which later listings start from.
-    int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (listing < 0) return false;
-    DIR *directory = fdopendir(listing);
-    if (directory == NULL) {
-        close(listing);
-        return false;
-    }
-    size_t files = 0;
-    uint64_t bytes = 0;
-    size_t prefix = strlen(CCF_FILE_PREFIX);
-    size_t session_prefix = strlen(CCF_SESSION_FILE_PREFIX);
-    struct dirent *entry;
-    while ((entry = readdir(directory)) != NULL) {
-        size_t length = strlen(entry->d_name);
-        bool crash = length > prefix + 4 && strncmp(entry->d_name, CCF_FILE_PREFIX, prefix) == 0 &&
-                     strcmp(entry->d_name + length - 4, "." CCF_FILE_EXTENSION) == 0;
-        bool session = length > session_prefix + 4 &&
-                       strncmp(entry->d_name, CCF_SESSION_FILE_PREFIX, session_prefix) == 0 &&
-                       strcmp(entry->d_name + length - 4, "." CCF_SESSION_FILE_EXTENSION) == 0;
-        if (!crash && !session) continue;
-        struct stat status;
-        if (fstatat(dir_fd, entry->d_name, &status, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(status.st_mode)) continue;
-        if (crash) files++;
-        bytes += (uint64_t)status.st_blocks * 512;
-    }
-    closedir(directory);
-    return files >= cc_global.maximum_crash_files || bytes >= cc_global.maximum_crash_bytes;
-}
 
 int crashcapture_install(const crashcapture_config *config) {
     return cc_install(config, 0, CCF_LIFECYCLE_AT_REPLAY, false);
@@ -391,8 +298,11 @@ int crashcapture_install_sdk(const crashcapture_config *config, size_t journal_b
 
 static int cc_install(const crashcapture_config *config, size_t journal_bytes, int lifecycle, bool sdk) {
     pthread_mutex_lock(&cc_install_lock);
-    memset(cc_step_ns, 0, sizeof(cc_step_ns));
-    cc_step_started_ns = cc_monotonic_ns();
+    // Every file install writes (the distinct id, the SDK's session and crash files) is
+    // written within the file-size limit, and none of them may end the app with SIGXFSZ.
+    cc_file_limit_hold_t file_limit;
+    cc_file_limit_hold(&file_limit);
+    cc_steps_begin();
     int result = 0;
     if (config == NULL || config->directory == NULL || config->directory[0] == '\0') {
         result = cc_fail("a crash directory is required");
@@ -423,6 +333,19 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     }
     if (config->property_count > 0 && config->properties == NULL) {
         result = cc_fail("property_count is %zu but properties is NULL", config->property_count);
+        goto done;
+    }
+    // Bytes that are not UTF-8 cannot travel in the reports' JSON (nor in the CLI's String):
+    // such a directory would be named wrongly everywhere it is shown or replayed.
+    if (!cc_valid_utf8(directory)) {
+        char shown[512];
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)directory; *p != '\0' && n + 5 < sizeof(shown); p++)
+            n += (size_t)snprintf(shown + n, sizeof(shown) - n, *p >= 0x80 || *p < 0x20 ? "\\x%02x" : "%c", *p);
+        shown[n] = '\0';
+        result = cc_fail("crash directory %s is not valid UTF-8: it would be named wrongly in every report and by "
+                         "crashcap; give a UTF-8 path",
+                         shown);
         goto done;
     }
     if (strlen(directory) >= sizeof(cc_global.directory) - 80) {
@@ -521,6 +444,8 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
         cc_global.dir_fd = -1;
         goto done;
     }
+    // A session made again (uninstall, then install) starts with the context the app had set.
+    cc_notes_session_created();
     cc_step_done(CC_STEP_SESSION_FILE);
     cc_modules_capture();
     cc_step_done(CC_STEP_MODULES);
@@ -552,6 +477,7 @@ handlers:
     if (!sdk) cc_install_rest_start();
     cc_step_done(CC_STEP_REST_THREAD);
 done:
+    cc_file_limit_release(&file_limit);
     pthread_mutex_unlock(&cc_install_lock);
     return result;
 }

@@ -140,7 +140,3 @@ int cc_modules_capture(void) {
     return 0;
 }
 
-int crashcapture_refresh_modules(void) {
-    cc_install_rest_finish();
-    return cc_modules_capture();
-}

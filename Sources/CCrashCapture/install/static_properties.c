@@ -2,7 +2,9 @@
 // once at install so that the crash path only copies them; the property rules the C API checks
 // (the Swift SDK checks its own before it calls in).
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -23,16 +25,252 @@ int cc_check_key(const char *key) {
     return 0;
 }
 
+// Strict UTF-8, as the collector reads JSON text (RFC 3629): no overlong forms, no UTF-16
+// surrogates, nothing past U+10FFFF. Anything looser is refused there, with its whole batch.
+static size_t cc_utf8_sequence(const unsigned char *p) {
+    unsigned char lead = p[0];
+    if (lead < 0x80) return 1;
+    size_t length;
+    unsigned char low = 0x80, high = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) length = 2;
+    else if (lead == 0xe0) length = 3, low = 0xa0;
+    else if (lead == 0xed) length = 3, high = 0x9f;
+    else if (lead >= 0xe1 && lead <= 0xef) length = 3;
+    else if (lead == 0xf0) length = 4, low = 0x90;
+    else if (lead == 0xf4) length = 4, high = 0x8f;
+    else if (lead >= 0xf1 && lead <= 0xf3) length = 4;
+    else return 0;
+    if (p[1] < low || p[1] > high) return 0;  // a NUL (the string's end) fails here too
+    for (size_t i = 2; i < length; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return length;
+}
+
 bool cc_valid_utf8(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        int extra = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
-        if (extra < 0 || (extra == 1 && *p < 0xc2)) return false;
-        p++;
-        for (int i = 0; i < extra; i++, p++)
-            if ((*p & 0xc0) != 0x80) return false;
+        size_t length = cc_utf8_sequence(p);
+        if (length == 0) return false;
+        p += length;
     }
     return true;
+}
+
+// Whether the members in `b` (static properties, flat: keys, then strings, numbers, booleans
+// or lists of strings) already name `key`. `,"key":` or `"key":` at the start can only be a
+// key there: inside a string every quote is escaped, and a string's closing quote is followed
+// by `,`, `]`, `}` or `:`, never by a key's first letter.
+bool cc_members_have_key(const char *members, size_t length, const char *key) {
+    size_t n = strlen(key);
+    for (size_t at = 0; at + n + 3 <= length; at++) {
+        if (members[at] != '"' || (at > 0 && members[at - 1] != ',')) continue;
+        if (memcmp(members + at + 1, key, n) == 0 && members[at + 1 + n] == '"' && members[at + 2 + n] == ':')
+            return true;
+    }
+    return false;
+}
+
+int crashcapture_is_static_property(const char *key) {
+    return key != NULL && atomic_load(&cc_global.installed) &&
+           cc_members_have_key(cc_global.static_props, cc_global.static_props_len, key);
+}
+
+// MARK: - The prevalidated members, checked at install
+
+// A strict reader of `"key":value,...` (the members of a JSON object, no braces): a trailing
+// comma, a bad escape or number, a control character or bad UTF-8 in a string, a key twice or a
+// key the property rules refuse would make every report and the session file unreadable (or
+// refused by the collector). Values are what the Sensors data model allows: text, a number, a
+// boolean, a list of texts. Install time only: not the crash path.
+typedef struct cc_json_reader {
+    const unsigned char *p;
+    const char *problem;
+} cc_json_reader;
+
+static void cc_json_space(cc_json_reader *r) {
+    while (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r') r->p++;
+}
+
+static bool cc_json_hex(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static unsigned cc_json_unit(const unsigned char *p) {
+    unsigned unit = 0;
+    for (int i = 0; i < 4; i++) unit = unit << 4 | (unsigned)(p[i] <= '9' ? p[i] - '0' : (p[i] | 0x20) - 'a' + 10);
+    return unit;
+}
+
+// A string token; `plain` (when not NULL) gets whether it has no escape, `bytes` its length.
+static bool cc_json_string(cc_json_reader *r, bool *plain, size_t *bytes) {
+    if (*r->p != '"') return r->problem = "expected a string", false;
+    r->p++;
+    if (plain != NULL) *plain = true;
+    size_t count = 0;
+    while (*r->p != '"') {
+        if (*r->p == '\0') return r->problem = "an unterminated string", false;
+        if (*r->p < 0x20) return r->problem = "a control character in a string (escape it)", false;
+        if (*r->p == '\\') {
+            if (plain != NULL) *plain = false;
+            unsigned char e = r->p[1];
+            if (e == 'u') {
+                for (int i = 2; i < 6; i++)
+                    if (!cc_json_hex(r->p[i])) return r->problem = "a bad \\u escape", false;
+                unsigned unit = cc_json_unit(r->p + 2);
+                r->p += 6;
+                if (unit >= 0xdc00 && unit <= 0xdfff) return r->problem = "a lone low surrogate escape", false;
+                if (unit >= 0xd800 && unit <= 0xdbff) {
+                    if (r->p[0] != '\\' || r->p[1] != 'u') return r->problem = "a lone high surrogate escape", false;
+                    for (int i = 2; i < 6; i++)
+                        if (!cc_json_hex(r->p[i])) return r->problem = "a bad \\u escape", false;
+                    unsigned low = cc_json_unit(r->p + 2);
+                    if (low < 0xdc00 || low > 0xdfff) return r->problem = "a lone high surrogate escape", false;
+                    r->p += 6;
+                }
+                count += 3;
+                continue;
+            }
+            if (e == '\0' || strchr("\"\\/bfnrt", e) == NULL) return r->problem = "a bad escape", false;
+            r->p += 2;
+            count++;
+            continue;
+        }
+        size_t length = cc_utf8_sequence(r->p);
+        if (length == 0) return r->problem = "text that is not UTF-8", false;
+        r->p += length;
+        count += length;
+    }
+    r->p++;
+    if (bytes != NULL) *bytes = count;
+    return true;
+}
+
+static size_t cc_json_digits(cc_json_reader *r) {
+    const unsigned char *start = r->p;
+    while (*r->p >= '0' && *r->p <= '9') r->p++;
+    return (size_t)(r->p - start);
+}
+
+static bool cc_json_number(cc_json_reader *r) {
+    const unsigned char *start = r->p;
+    if (*r->p == '-') r->p++;
+    if (*r->p == '0') r->p++;
+    else if (cc_json_digits(r) == 0) return r->problem = "a bad value", false;
+    if (*r->p == '.') {
+        r->p++;
+        if (cc_json_digits(r) == 0) return r->problem = "a bad number", false;
+    }
+    if (*r->p == 'e' || *r->p == 'E') {
+        r->p++;
+        if (*r->p == '+' || *r->p == '-') r->p++;
+        if (cc_json_digits(r) == 0) return r->problem = "a bad number", false;
+    }
+    if (*r->p >= '0' && *r->p <= '9') return r->problem = "a bad number (a leading zero)", false;
+    // Grammatical, but no double holds it: the collector refuses it.
+    char text[64];
+    size_t n = (size_t)(r->p - start);
+    if (n >= sizeof(text)) return r->problem = "a number of too many digits", false;
+    memcpy(text, start, n);
+    text[n] = '\0';
+    double value = strtod(text, NULL);
+    if (value == HUGE_VAL || value == -HUGE_VAL) return r->problem = "a number out of range", false;
+    return true;
+}
+
+static bool cc_json_value(cc_json_reader *r) {
+    size_t bytes = 0;
+    switch (*r->p) {
+    case '"':
+        if (!cc_json_string(r, NULL, &bytes)) return false;
+        if (bytes > 8191) return r->problem = "a text longer than 8191 bytes", false;
+        return true;
+    case 't':
+        return strncmp((const char *)r->p, "true", 4) == 0 ? (r->p += 4, true) : (r->problem = "a bad value", false);
+    case 'f':
+        return strncmp((const char *)r->p, "false", 5) == 0 ? (r->p += 5, true) : (r->problem = "a bad value", false);
+    case '[': {
+        r->p++;
+        cc_json_space(r);
+        if (*r->p == ']') return r->p++, true;
+        for (int items = 1;; items++) {
+            if (items > 500) return r->problem = "a list of more than 500 texts", false;
+            cc_json_space(r);
+            if (*r->p != '"') return r->problem = "a list item that is not text", false;
+            if (!cc_json_string(r, NULL, &bytes)) return false;
+            if (bytes > 8191) return r->problem = "a text longer than 8191 bytes", false;
+            cc_json_space(r);
+            if (*r->p == ']') return r->p++, true;
+            if (*r->p != ',') return r->problem = "expected ',' or ']'", false;
+            r->p++;
+        }
+    }
+    case '{': return r->problem = "an object (values are text, numbers, booleans or lists of text)", false;
+    case 'n': return r->problem = "null (values are text, numbers, booleans or lists of text)", false;
+    default: return cc_json_number(r);
+    }
+}
+
+// Appends the members of `json` to `b` after checking them all; `b` holds the members so far,
+// whose keys none may repeat.
+static int cc_append_prevalidated(cc_buf *b, const char *json) {
+    cc_json_reader r = {(const unsigned char *)json, NULL};
+    cc_json_space(&r);
+    if (*r.p == '\0') return 0;
+    size_t first = b->len;
+    for (;;) {
+        cc_json_space(&r);
+        const unsigned char *key_start = r.p;
+        bool plain = false;
+        size_t key_bytes = 0;
+        if (!cc_json_string(&r, &plain, &key_bytes)) break;
+        char key[101];
+        if (!plain || key_bytes > 100) {
+            r.problem = "a key that is not 1 to 100 plain bytes [A-Za-z_][A-Za-z0-9_]*";
+            r.p = key_start;
+            break;
+        }
+        memcpy(key, key_start + 1, key_bytes);
+        key[key_bytes] = '\0';
+        if (cc_check_key(key) != 0) {
+            char reason[256];
+            snprintf(reason, sizeof(reason), "%s", cc_last_error_text());
+            b->len = first;
+            return cc_fail("prevalidated_properties_json: %s", reason);
+        }
+        // The members so far, this call's own included (appended as they are read).
+        if (cc_members_have_key(b->data, b->len, key)) {
+            b->len = first;
+            return cc_fail("prevalidated_properties_json: the key \"%s\" is given twice", key);
+        }
+        cc_json_space(&r);
+        if (*r.p != ':') {
+            r.problem = "expected ':'";
+            break;
+        }
+        r.p++;
+        cc_json_space(&r);
+        const unsigned char *value_start = r.p;
+        if (!cc_json_value(&r)) break;
+        if (b->len > 0) cc_buf_append_str(b, ",");
+        cc_buf_append(b, (const char *)key_start, 2 + key_bytes);
+        cc_buf_append_str(b, ":");
+        cc_buf_append(b, (const char *)value_start, (size_t)(r.p - value_start));
+        cc_json_space(&r);
+        if (*r.p == '\0') return 0;
+        if (*r.p != ',') {
+            r.problem = "expected ',' between members";
+            break;
+        }
+        r.p++;
+        cc_json_space(&r);
+        if (*r.p == '\0') {
+            r.problem = "a trailing comma";
+            break;
+        }
+    }
+    b->len = first;
+    return cc_fail("prevalidated_properties_json is not the members of a JSON object: %s at byte %zu",
+                   r.problem != NULL ? r.problem : "a bad member", (size_t)(r.p - (const unsigned char *)json));
 }
 
 static void cc_append_member(cc_buf *b, const char *key, const char *value) {
@@ -88,12 +326,12 @@ int cc_build_static_json(const crashcapture_config *config) {
         if (p->value == NULL) return cc_fail("property \"%s\" has no value", p->key);
         if (strlen(p->value) > 8191) return cc_fail("property \"%s\" is longer than 8191 bytes", p->key);
         if (!cc_valid_utf8(p->value)) return cc_fail("property \"%s\" is not valid UTF-8", p->key);
+        if (cc_members_have_key(b.data, b.len, p->key))
+            return cc_fail("property \"%s\" is given twice", p->key);
         cc_append_member(&b, p->key, p->value);
     }
-    if (config->prevalidated_properties_json != NULL && config->prevalidated_properties_json[0] != '\0') {
-        cc_buf_append_str(&b, ",");
-        cc_buf_append_str(&b, config->prevalidated_properties_json);
-    }
+    const char *prevalidated = config->prevalidated_properties_json;
+    if (prevalidated != NULL && cc_append_prevalidated(&b, prevalidated) != 0) return -1;
     if (b.overflow) return cc_fail("static properties exceed %zu bytes", sizeof(cc_global.static_props) - 1);
     cc_global.static_props[b.len] = '\0';
     cc_global.static_props_len = b.len;

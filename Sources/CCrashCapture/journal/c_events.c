@@ -28,6 +28,13 @@ int crashcapture_track(const char *event, const crashcapture_property *propertie
     if (count > 0 && properties == NULL) return cc_fail("count is %zu but properties is NULL", count);
     for (size_t i = 0; i < count; i++) {
         if (cc_check_key(properties[i].key) != 0) return -1;
+        // One object may name a key once: the collector refuses the whole batch of an event
+        // that repeats one (its own or a static property's), and readers differ on which counts.
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(properties[j].key, properties[i].key) == 0)
+                return cc_fail("property \"%s\" is given twice", properties[i].key);
+        if (cc_members_have_key(cc_global.static_props, cc_global.static_props_len, properties[i].key))
+            return cc_fail("property \"%s\" is a static property of this process already", properties[i].key);
         const char *value = properties[i].value != NULL ? properties[i].value : "";
         if (strlen(value) > 8191 || !cc_valid_utf8(value))
             return cc_fail("property \"%s\": the value must be valid UTF-8 of at most 8191 bytes", properties[i].key);

@@ -212,6 +212,8 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     // and so never takes it for a dead session's, nor holds its lock while install wants it.
     // Not an O_TMPFILE: inotify reports the close of a file opened unnamed under no name, and
     // `crashcap watch` learns from that close that the session's process ended.
+    // Not even the header and context fit under the file-size limit: no file, no temporary.
+    if (cc_file_size_allowed() < sizeof(header) + b.len) return EFBIG;
     char temporary[96];
     snprintf(temporary, sizeof(temporary), ".%s.tmp", cc_session.name);
     *step = "creating the session file";
@@ -278,7 +280,6 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_global.session_crash_offset = header_size + ring_in_file;
     cc_note_file(fd, &cc_global.session_dev, &cc_global.session_ino);
     atomic_store(&cc_global.session_fd, fd);
-    cc_notes_session_created();
     return 0;
 }
 
@@ -333,9 +334,15 @@ char *cc_session_notes(void) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached) || cc_session.notes == NULL) return NULL;
     if (atomic_load_explicit(&cc_session.notes_allocated, memory_order_acquire)) return cc_session.notes;
     pthread_mutex_lock(&cc_notes_allocation_lock);
+    // On the app's thread: within the file-size limit (lowered since install, perhaps), SIGXFSZ
+    // held off.
+    cc_file_limit_hold_t file_limit;
+    cc_file_limit_hold(&file_limit);
     if (!atomic_load(&cc_session.notes_allocated) && cc_session.fd >= 0 &&
+        cc_file_size_allowed() >= cc_session.header_size &&
         posix_fallocate(cc_session.fd, 0, (off_t)cc_session.header_size) == 0)
         atomic_store_explicit(&cc_session.notes_allocated, true, memory_order_release);
+    cc_file_limit_release(&file_limit);
     pthread_mutex_unlock(&cc_notes_allocation_lock);
     // No room on the disk for them: the session goes on without notes.
     return atomic_load(&cc_session.notes_allocated) ? cc_session.notes : NULL;
@@ -368,7 +375,11 @@ crashcapture_journal *cc_session_journal_for_events(void) {
     if (cc_session.ring == NULL && cc_session.fd >= 0) {
         uint64_t size = cc_ring_size_within_limits(cc_session.header_size, CC_C_JOURNAL_BYTES);
         char *ring = MAP_FAILED;
-        if (size > 0 && posix_fallocate(cc_session.fd, (off_t)cc_session.header_size, (off_t)size) == 0)
+        cc_file_limit_hold_t file_limit;
+        cc_file_limit_hold(&file_limit);
+        bool allocated = size > 0 && posix_fallocate(cc_session.fd, (off_t)cc_session.header_size, (off_t)size) == 0;
+        cc_file_limit_release(&file_limit);
+        if (allocated)
             ring = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, cc_session.fd, (off_t)cc_session.header_size);
         if (ring != MAP_FAILED) {
             madvise(ring, size, MADV_DONTFORK);
@@ -386,8 +397,7 @@ crashcapture_journal *cc_session_journal_for_events(void) {
     return cc_session.ring != NULL ? &cc_session_journal : NULL;
 }
 
-void crashcapture_session_alive(void) {
-    cc_install_rest_finish();
+void cc_session_mark_alive(void) {
     if (cc_session.header == NULL || atomic_load(&cc_session.detached)) return;
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_WALL_MS), (uint64_t)cc_wall_ms(), memory_order_relaxed);
     atomic_store_explicit(cc_word(CCF_SESSION_AT_ALIVE_MONO_NS), (uint64_t)cc_monotonic_ns(), memory_order_relaxed);

@@ -64,8 +64,7 @@ static int cc_write_context_locked(void) {
     return 0;
 }
 
-int crashcapture_set_context_json(const char *key, const char *value_json) {
-    cc_install_rest_finish();  // the notes are in the session file
+int cc_notes_set_context_json(const char *key, const char *value_json) {
     if (key == NULL || !cc_valid_key(key))
         return cc_fail("context key must be 1 to 100 bytes of [A-Za-z0-9_], not starting with a digit or $");
     if (cc_session_notes() == NULL) return cc_fail("not installed");
@@ -117,18 +116,17 @@ void cc_notes_session_created(void) {
     pthread_mutex_unlock(&cc_notes_lock);
 }
 
-int crashcapture_set_context(const char *key, const char *value) {
-    if (value == NULL) return crashcapture_set_context_json(key, NULL);
+int cc_notes_set_context(const char *key, const char *value) {
+    if (value == NULL) return cc_notes_set_context_json(key, NULL);
     char json[CCF_NOTES_CONTEXT_SLOT_SIZE];
     cc_buf b = {json, 0, sizeof(json) - 1, false};
     cc_buf_append_json_string(&b, value, sizeof(json));
     if (b.overflow) return cc_fail("context value of %zu bytes is too long", strlen(value));
     json[b.len] = '\0';
-    return crashcapture_set_context_json(key, json);
+    return cc_notes_set_context_json(key, json);
 }
 
-int crashcapture_add_breadcrumb(const char *message) {
-    cc_install_rest_finish();  // the notes are in the session file
+int cc_notes_add_breadcrumb(const char *message) {
     char *notes = cc_session_notes();
     if (notes == NULL || message == NULL) return cc_fail("not installed");
     uint64_t sequence = atomic_fetch_add(&cc_breadcrumb_sequence, 1) + 1;

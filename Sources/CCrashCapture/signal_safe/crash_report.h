@@ -53,7 +53,9 @@ typedef struct cc_findings {
     char exception_what[1024];
     int crash_signal, crash_code;
     _Atomic int report_written;
-    _Atomic int report_named;  // 1: linked in the directory; 2: kept in the session file; 3: noted in its header
+    // 1: linked in the directory; 2: kept in the session file; 3: noted in its header (the
+    // directory at its bound); 4: noted there (no room for a report under the file-size limit).
+    _Atomic int report_named;
     int report_trimmed;        // the whole report found no room: built again to fit the space there was
     int64_t other_threads_ns;  // listing, freezing, waiting for and unwinding the other threads
     int64_t threads_asked_ns;  // of which listing them and starting their freeze

@@ -99,13 +99,19 @@ static void cc_append_reason(cc_buf *b, const cc_crash *c) {
     cc_buf_append_str(b, " (");
     cc_buf_append_str(b, ccf_code_name(c->signo, info->si_code));
     cc_buf_append_str(b, ")");
-    if (c->signo == SIGSEGV || c->signo == SIGBUS || c->signo == SIGILL || c->signo == SIGFPE) {
+    // A sent signal (kill, sigqueue, tgkill: si_code <= 0) has no address: the union's field
+    // holds the sender's pid and uid instead.
+    bool fault = info->si_code > 0;
+    if (fault && (c->signo == SIGSEGV || c->signo == SIGBUS || c->signo == SIGILL || c->signo == SIGFPE)) {
         cc_buf_append_str(b, " at ");
         cc_buf_append_hex(b, (uintptr_t)info->si_addr);
     }
-    if (info->si_code <= 0) {
+    if (!fault) {
         cc_buf_append_str(b, " sent by pid ");
         cc_buf_append_i64(b, info->si_pid);
+        cc_buf_append_str(b, " (uid ");
+        cc_buf_append_u64(b, info->si_uid);
+        cc_buf_append_str(b, ")");
     }
     cc_buf_append_str(b, "\\nthread ");
     cc_buf_append_i64(b, c->tid);
@@ -152,8 +158,12 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
     cc_buf_append_i64(b, info->si_code);
     cc_buf_append_str(b, ",\"crash_code_name\":\"");
     cc_buf_append_str(b, ccf_code_name(c->signo, info->si_code));
-    cc_buf_append_str(b, "\",\"crash_fault_address\":");
-    cc_buf_append_quoted_hex(b, (uintptr_t)info->si_addr);
+    cc_buf_append_str(b, "\"");
+    // Only a fault has an address; a sent signal names its sender (below).
+    if (info->si_code > 0) {
+        cc_buf_append_str(b, ",\"crash_fault_address\":");
+        cc_buf_append_quoted_hex(b, (uintptr_t)info->si_addr);
+    }
     if (c->signo == SIGSYS && info->si_code > 0) {
         // The system call the filter refused, by number, and the audit architecture it was
         // made under (a 32-bit call from a 64-bit process has numbers of its own).
@@ -165,6 +175,8 @@ static void cc_append_crash_properties(cc_buf *b, const cc_crash *c) {
     if (info->si_code <= 0) {
         cc_buf_append_str(b, ",\"crash_sender_pid\":");
         cc_buf_append_i64(b, info->si_pid);
+        cc_buf_append_str(b, ",\"crash_sender_uid\":");
+        cc_buf_append_u64(b, info->si_uid);
         if (info->si_code == SI_QUEUE) {
             cc_buf_append_str(b, ",\"crash_signal_value\":");
             cc_buf_append_i64(b, info->si_value.sival_int);

@@ -134,7 +134,7 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
 void cc_write_crash_line(const cc_crash *c) {
     if (!cc_global.crash_line) return;
     char line[1024];
-    cc_buf b = {line, 0, sizeof(line) - 1, false};
+    cc_buf b = {line, 0, sizeof(line), false};
     cc_buf_append_str(&b, "crashcapture: ");
     cc_buf_append_str(&b, cc_signal_name(c->signo));
     cc_buf_append_str(&b, " (");
@@ -168,13 +168,42 @@ void cc_write_crash_line(const cc_crash *c) {
     cc_buf_append_str(&b, named == 1   ? "; report "
                           : named == 2 ? "; report kept in the session file for "
                           : named == 3 ? "; no report kept: the crash directory is full (noted in its session file) "
+                          : named == 4 ? "; no report kept: the file-size limit (ulimit -f) leaves no room for one "
+                                         "(noted in its session file) "
                                        : "; no report written");
-    if (named != 0 && named != 3) cc_buf_append_str(&b, cc_global.file_path);
-    if (named == 3) cc_buf_append_str(&b, cc_global.directory);
-    cc_buf_append_str(&b, "\n");
-    if (b.overflow) line[b.len - 1] = '\n';
+    if (named == 1 || named == 2) cc_buf_append_str(&b, cc_global.file_path);
+    if (named == 3 || named == 4) cc_buf_append_str(&b, cc_global.directory);
+    // Names (the thread's, a module's, the directory's) may hold ESC or a newline: raw, they
+    // would drive the terminal that shows the log or forge a line of it. Every control
+    // character (and DEL) becomes \xNN; the text the line is made of has none of its own.
+    static char escaped[sizeof(line) * 4 + 1];
+    size_t length = 0;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < b.len && length + 5 < sizeof(escaped); i++) {
+        unsigned char byte = (unsigned char)line[i];
+        if (byte < 0x20 || byte == 0x7f) {
+            escaped[length++] = '\\';
+            escaped[length++] = 'x';
+            escaped[length++] = hex[byte >> 4];
+            escaped[length++] = hex[byte & 15];
+        } else {
+            escaped[length++] = (char)byte;
+        }
+    }
+    escaped[length++] = '\n';
+    // stderr may be a file (a log), which the file-size limit also bounds: past it the write
+    // would raise SIGXFSZ, and the process would die of that instead of its own signal. The
+    // line is cut to what the limit leaves (getrlimit, fstat and lseek are async-signal-safe).
+    struct stat status;
+    uint64_t allowed = cc_file_size_allowed();
+    if (allowed != UINT64_MAX && fstat(STDERR_FILENO, &status) == 0 && S_ISREG(status.st_mode)) {
+        off_t at = lseek(STDERR_FILENO, 0, SEEK_CUR);
+        uint64_t end = (uint64_t)status.st_size > (uint64_t)(at > 0 ? at : 0) ? (uint64_t)status.st_size : (uint64_t)at;
+        uint64_t room = allowed > end ? allowed - end : 0;
+        if (room < length) length = (size_t)room;
+    }
     struct pollfd out = {.fd = STDERR_FILENO, .events = POLLOUT};
-    if (poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) (void)!write(STDERR_FILENO, line, b.len);
+    if (length > 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) (void)!write(STDERR_FILENO, escaped, length);
 }
 
 // A named crash file that will hold no report (no room under the file-size limit, or the
@@ -192,6 +221,9 @@ int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint6
     if (cc_global.record_offset + total > allowed) {
         if (may_retry) return EFBIG;
         cc_remove_named_crash_file();
+        // The file-size limit leaves no room for any report: the crash is noted in the session
+        // file's header (written in place, nothing grows), as in a directory at its bound.
+        if (cc_note_crash_not_kept()) atomic_store(&cc_found.report_named, 4);
         return 0;
     }
     int fd = cc_crash_fd();

@@ -118,6 +118,9 @@ int cc_create_crash_file(bool named, bool want_space, const char **step) {
     // at its bound. A crash names such a file (but in the directory at its bound, where a
     // crash is only noted).
     cc_global.anonymous_file = !named || cc_global.over_bound;
+    // Not even the session record fits under the file-size limit: no file is made (the caller
+    // holds SIGXFSZ off; this keeps a file that could hold nothing from being left).
+    if (cc_file_size_allowed() < cc_global.session_record_len) return EFBIG;
     int fd = openat(cc_global.dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     bool link_after_lock = fd >= 0 && !cc_global.anonymous_file;
     if (fd < 0) {

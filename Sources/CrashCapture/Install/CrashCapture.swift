@@ -254,8 +254,8 @@ public enum CrashCapture: Sendable {
     }
 
     /// Tracks one of the app's own events. Names and keys: `[A-Za-z_][A-Za-z0-9_]*`, at most 100
-    /// bytes, no `$` prefix (reserved for presets), no reserved name; text values at most 8191
-    /// bytes. Never blocks on disk or network: the event is written by a background writer.
+    /// bytes, no `$` prefix (reserved for presets), no reserved name, not the key of a static
+    /// property; text values at most 8191 bytes. Never blocks on disk or network: the event is written by a background writer.
     public static func track(_ event: String, properties: [String: PropertyValue] = [:]) throws(CrashCaptureError) {
         do {
             try PropertyRules.validateName(event, kind: "event name")
@@ -264,6 +264,12 @@ public enum CrashCapture: Sendable {
             throw CrashCaptureError.wrapping(error)
         }
         guard let pipeline = state.current else { throw CrashCaptureError.notInstalled }
+        // The event's properties follow the static ones in one object: a key of both would be
+        // named twice, and the collector refuses the whole batch such an event travels in.
+        for key in properties.keys where crashcapture_is_static_property(key) != 0 {
+            throw CrashCaptureError.invalidArgument(
+                "property key \"\(key)\" is a static property of this session already; give it another name")
+        }
         pipeline.enqueue(
             PendingEvent(name: event, properties: properties, timeMilliseconds: wallMilliseconds(), method: "code"))
     }
