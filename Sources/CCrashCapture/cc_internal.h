@@ -266,6 +266,7 @@ typedef struct cc_static_swift_runtime {
 // Reads the symbol table the first time (blocking); `known` never reads: all 0 until then.
 const cc_static_swift_runtime *cc_static_swift_runtime_find(void);
 const cc_static_swift_runtime *cc_static_swift_runtime_known(void);
+bool cc_static_swift_runtime_read(void);
 
 // signal_safe/session_file.c: async-signal-safe, it also runs in a forked child.
 int cc_random_hex(char *out, size_t bytes);

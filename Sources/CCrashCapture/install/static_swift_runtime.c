@@ -3,11 +3,8 @@
 // ones nothing calls (swift_getFatalErrorMessageBuffer, the debugger's task metadata). dlsym
 // then finds no swift_job_run, no task accessor and no fatal error buffer, and no module is
 // libswift_Concurrency. Their addresses are read once from the program's own symbol table
-// (.symtab, kept by `swift build` in release too), once, off the caller's thread (reading the
-// tables of a 75 MB server takes 1.4 ms or more): by a thread of its own that the Swift install
-// starts, or by the C install's deferred rest. A crash while that thread reads waits for it
-// (cc_static_runtime_at_crash), so that even the earliest report has the fatal error message
-// and other threads' task callers.
+// (.symtab, kept by `swift build` in release too), once, off the caller's thread
+// (static_runtime_reader.c). This file only reads; it calls nothing above it.
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -17,9 +14,6 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <linux/futex.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +22,8 @@
 static cc_static_swift_runtime cc_static_runtime;
 static pthread_once_t cc_static_runtime_once = PTHREAD_ONCE_INIT;
 static _Atomic bool cc_static_runtime_scanned;
+
+bool cc_static_swift_runtime_read(void) { return atomic_load(&cc_static_runtime_scanned); }
 
 static int cc_note_executable_bias(struct dl_phdr_info *info, size_t size, void *context) {
     (void)size;
@@ -114,38 +110,6 @@ static void cc_scan_once(void) {
 const cc_static_swift_runtime *cc_static_swift_runtime_find(void) {
     pthread_once(&cc_static_runtime_once, cc_scan_once);
     return &cc_static_runtime;
-}
-
-static void *cc_static_runtime_reader(void *unused) {
-    (void)unused;
-    atomic_store(&cc_global.static_runtime_reader_tid, (pid_t)syscall(SYS_gettid));
-    prctl(PR_SET_NAME, "crashcap-syms");
-    const cc_static_swift_runtime *linked = cc_static_swift_runtime_find();
-    // The module list and the fatal message buffer again, now with what the table gave.
-    if (linked->job_run_end != 0) {
-        cc_modules_capture();
-        cc_hook_static_fatal_message();
-    }
-    atomic_store(&cc_global.static_runtime_reading, 0);
-    syscall(SYS_futex, &cc_global.static_runtime_reading, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
-    return NULL;
-}
-
-void crashcapture_read_static_runtime_in_background(void) {
-    // A Swift runtime library in the process: the program carries none of its own.
-    if (atomic_load(&cc_static_runtime_scanned) || dlsym(RTLD_DEFAULT, "swift_job_run") != NULL ||
-        dlsym(RTLD_DEFAULT, "swift_release") != NULL)
-        return;
-    uint32_t idle = 0;
-    if (!atomic_compare_exchange_strong(&cc_global.static_runtime_reading, &idle, 1)) return;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attributes, 64 * 1024);
-    pthread_t thread;
-    if (pthread_create(&thread, &attributes, cc_static_runtime_reader, NULL) != 0)
-        atomic_store(&cc_global.static_runtime_reading, 0);
-    pthread_attr_destroy(&attributes);
 }
 
 const cc_static_swift_runtime *cc_static_swift_runtime_known(void) {
