@@ -27,9 +27,7 @@
 // A hung watch is looked at this often (or four times per threshold) for its end.
 #define CC_HUNG_LOOK_NS (100 * 1000000LL)
 
-// ENDED: its only beater ended without stop(); not checked until another thread beats it (its
-// slot is not given to another watch before stop(), which the app may still call).
-enum { CC_WATCH_FREE = 0, CC_WATCH_ACTIVE, CC_WATCH_HUNG, CC_WATCH_ENDED };
+enum { CC_WATCH_FREE = 0, CC_WATCH_ACTIVE, CC_WATCH_HUNG };
 
 typedef struct cc_watch_slot {
     // Alone in its cache line: beating threads write it, nothing else there is touched.
@@ -84,9 +82,6 @@ static void cc_report_hang(cc_found_hang *found, int64_t detected_ns) {
     int error = cc_capture_hang(&request, &result);
     pthread_mutex_lock(&cc_watch_lock);
     if (cc_watches[found->slot].state == CC_WATCH_HUNG) cc_watches[found->slot].hang_sequence = error == 0 ? result.sequence : 0;
-    // Said once (the notice, error ESRCH): the watch is not checked again.
-    if (error == ESRCH && cc_watches[found->slot].state == CC_WATCH_HUNG)
-        cc_watches[found->slot].state = CC_WATCH_ENDED;
     pthread_mutex_unlock(&cc_watch_lock);
     crashcapture_hang_notice notice = {
         .kind = CRASHCAPTURE_HANG,
@@ -162,11 +157,6 @@ static void *cc_watchdog_main(void *unused) {
             cc_watch_slot *slot = &cc_watches[i];
             if (slot->state == CC_WATCH_FREE) continue;
             uint64_t word = __atomic_load_n(&slot->watch.beat, __ATOMIC_RELAXED);
-            if (slot->state == CC_WATCH_ENDED) {
-                if (word == slot->hung_word) continue;
-                slot->state = CC_WATCH_ACTIVE;  // beaten again, by a thread that lives
-                slot->started_ns = now;
-            }
             int64_t beat = word != 0 ? cc_beat_time(word, now) : slot->started_ns;
             if (beat < slot->started_ns) beat = slot->started_ns;
             if (slot->state == CC_WATCH_HUNG) {

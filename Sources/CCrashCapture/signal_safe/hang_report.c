@@ -257,12 +257,6 @@ int cc_capture_hang(const crashcapture_hang_request *request, crashcapture_hang_
     const cc_thread_slot *hung = NULL;
     for (int i = 0; request->watched_thread != 0 && cc_thread_slot_at(i) != NULL; i++)
         if (cc_thread_slot_at(i)->thread_pointer == request->watched_thread) hung = cc_thread_slot_at(i);
-    // The thread that beat the watch has ended (without stopping it): no thread of the process
-    // is hung, and a report would name thread 0. Nothing is written; the watchdog stops checking.
-    if (request->watched_thread != 0 && hung == NULL) {
-        cc_hang_snapshot_end();
-        return ESRCH;
-    }
     uint32_t sequence = atomic_fetch_add(&cc_hang_sequence, 1) + 1;
     bool deadlock = cc_any_deadlock();
     size_t payload = cc_build_hang_event(record + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, request,
