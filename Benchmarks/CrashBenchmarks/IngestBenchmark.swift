@@ -72,7 +72,10 @@ func ingestUnderWrk(
             lines += try! WireFormat.encode(events: events)
             lines.append(UInt8(ascii: "\n"))
         }
-        FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+        guard FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+        else {
+            fatalError("cannot write wrk's bodies into \(directory)")
+        }
     }
     let script =
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path + "/ingest.lua"

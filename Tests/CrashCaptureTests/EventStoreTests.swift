@@ -104,7 +104,10 @@ import Testing
             let store = try EventStore(path: path)
             try store.insert(events(0..<120))
             var batch = try store.completeAndClaim(nil, limit: 10)
-            for _ in 0..<6 { batch = try store.completeAndClaim(try #require(batch), limit: 10) }
+            for _ in 0..<6 {
+                let claimed = try #require(batch)
+                batch = try store.completeAndClaim(claimed, limit: 10)
+            }
             #expect(batch?.events.first?.eventID == "e60")
             #expect(store.count == 60)
             #expect(try store.events(limit: 1000).first?.eventID == "e60")
@@ -138,7 +141,10 @@ import Testing
         let store = try EventStore(path: path)
         try store.insert(events(0..<(EventStore.purgeRows + 200)))
         var batch = try store.completeAndClaim(nil, limit: 50)
-        for _ in 0..<(EventStore.purgeRows / 50) { batch = try store.completeAndClaim(try #require(batch), limit: 50) }
+        for _ in 0..<(EventStore.purgeRows / 50) {
+            let claimed = try #require(batch)
+            batch = try store.completeAndClaim(claimed, limit: 50)
+        }
         let rows = try run("/usr/bin/env", ["sqlite3", path, "SELECT COUNT(*), MIN(event_id) FROM events"]).stdout
         #expect(rows.trimmingCharacters(in: .newlines) == "200|e\(EventStore.purgeRows)")
         #expect(store.count == 200)
