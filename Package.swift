@@ -190,3 +190,18 @@ let package = Package(
         ),
     ]
 )
+
+// Warnings are errors in this package's own builds, never in an app's. Scripts/test.sh and
+// Scripts/demo.sh set CRASHCAPTURE_WARNINGS_AS_ERRORS=1, and then every target of ours, Swift and
+// C, tests and samples included, fails on a warning (the dependencies are not ours and are left as
+// they are). An app that depends on CrashCapture builds it without: Xcode and SwiftPM's newer build
+// system compile a dependency with -suppress-warnings, which the compiler refuses beside
+// -warnings-as-errors (swift-package-manager#10192), and a newer compiler's new warning must not
+// stop someone else's build.
+if Context.environment["CRASHCAPTURE_WARNINGS_AS_ERRORS"] == "1" {
+    for target in package.targets where target.type != .system && target.type != .plugin {
+        target.swiftSettings = (target.swiftSettings ?? []) + [.treatAllWarnings(as: .error)]
+        target.cSettings = (target.cSettings ?? []) + [.treatAllWarnings(as: .error)]
+        target.cxxSettings = (target.cxxSettings ?? []) + [.treatAllWarnings(as: .error)]
+    }
+}

@@ -9,6 +9,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/crashcapture-demo.XXXXXX")
 collector=
 trap '[ -n "$collector" ] && kill $collector 2>/dev/null; rm -rf "$work"' EXIT
 export TMPDIR="$work"
+# The same build settings as the test command's (Package.swift), so neither rebuilds after the other.
+export CRASHCAPTURE_WARNINGS_AS_ERRORS=1
 Scripts/install-dependencies.sh
 swift build
 Scripts/build-preload.sh >/dev/null

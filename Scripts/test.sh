@@ -11,6 +11,8 @@ trap 'rm -rf "$run_tmp"' EXIT
 # As /tmp is: some tests run a child as another user, which must reach its own folder here.
 chmod 1777 "$run_tmp"
 export TMPDIR="$run_tmp"
+# A warning in any target of ours fails the build (Package.swift); dependencies are left alone.
+export CRASHCAPTURE_WARNINGS_AS_ERRORS=1
 Scripts/install-dependencies.sh
 swift build
 # The harness also proves the samples built with optimisation (different traps and inlining).
