@@ -214,6 +214,34 @@ import Testing
             try EventStore(path: storePath(), limits: .init(maximumEvents: 0, maximumBytes: 10))
         }
     }
+
+    /// The crash history keeps whole reports for `crashcap show` after their events are gone:
+    /// the newest `crashReportsKept`, within `crashReportBytesKept`; older crashes keep their line.
+    @Test func theCrashHistoryKeepsTheNewestReportsWithinItsBounds() throws {
+        let store = try EventStore(path: storePath())
+        func keep(_ index: Int, bytes: Int = 100) throws {
+            try store.transaction { transaction in
+                try transaction.noteCrashInHistory(
+                    CrashHistoryEntry(
+                        eventID: "c\(index)", timeMilliseconds: Int64(index), signal: "SIGSEGV", title: "t",
+                        fingerprint: "f", appVersion: "1"))
+                try transaction.keepCrashReport(
+                    eventID: "c\(index)", payload: "{\"pad\":\"" + String(repeating: "p", count: bytes) + "\"}")
+            }
+        }
+        let count = EventStore.crashReportsKept + 5
+        for index in 0..<count { try keep(index) }
+        #expect(try store.crashHistory().count == count, "every crash keeps its line")
+        #expect(try store.crashReport(eventID: "c4") == nil && store.crashReport(eventID: "c5") != nil)
+        #expect(try store.crashReport(eventID: "c\(count - 1)")?.contains("ppp") == true)
+        // Two reports of half the bytes kept and more: only the newest of them stays whole.
+        let half = EventStore.crashReportBytesKept / 2 + 1
+        try keep(count, bytes: half)
+        try keep(count + 1, bytes: half)
+        #expect(try store.crashReport(eventID: "c\(count + 1)") != nil)
+        #expect(
+            try store.crashReport(eventID: "c\(count)") == nil && store.crashReport(eventID: "c\(count - 1)") == nil)
+    }
 }
 
 @Suite struct JSONWriterTests {
