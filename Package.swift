@@ -147,6 +147,8 @@ let package = Package(
             name: "crashcap-bench",
             dependencies: [
                 "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+                // A ClickHouse server of its own, for the ingest figure.
+                "TestSupport",
                 // A receiver that only answers, for the OTLP export's figure.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -154,7 +156,9 @@ let package = Package(
             ],
             path: "Benchmarks/CrashBenchmarks"
         ),
-        // Paths to the built samples and helpers to run them, shared by the test targets.
+        // Paths to the built samples and helpers to run them, a ClickHouse server of their own,
+        // shared by the test targets and the benchmarks. Not in ProcessSupport, which crashcap
+        // links: its URLSession would bring FoundationNetworking, and with it libcurl, into crashcap.
         .target(
             name: "TestSupport",
             dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "ProcessSupport"],

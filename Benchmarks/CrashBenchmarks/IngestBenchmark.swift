@@ -4,6 +4,7 @@ import CrashFileFormat
 import CrashSymbolication
 import Foundation
 import ProcessSupport
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc

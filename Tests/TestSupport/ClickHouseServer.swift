@@ -1,4 +1,5 @@
 internal import Foundation
+package import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc
