@@ -24,12 +24,9 @@ Scripts/build-preload.sh
 # A server-shaped app outside this package, debug, release and release with the Swift runtime
 # linked in: the tests judge its crash reports beside the Swift runtime backtracer's.
 Scripts/build-server-sample.sh
-# An app outside this package, against the CrashCapture product alone: the tests check what it
-# links and that it works.
-# SwiftPM can miss a source file added to a path dependency and reuse its old build plan: the
-# plan is dropped first (it is rebuilt in a second; the objects stay).
-rm -f .build/minimal-app/debug.yaml
-swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
+# An app outside this package, against the CrashCapture product alone, built as a user builds
+# it: the tests check what it links, that it works, and that its build showed no warning of ours.
+Scripts/build-minimal-app.sh
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
 # The DocC catalog: a broken symbol link or article fails the run.
