@@ -27,6 +27,10 @@ Scripts/build-server-sample.sh
 # An app outside this package, against the CrashCapture product alone, built as a user builds
 # it: the tests check what it links, that it works, and that its build showed no warning of ours.
 Scripts/build-minimal-app.sh
+# What Scripts/install.sh installs, built in debug (the same layout and static linking as the
+# release it installs by default) into .build-install-debug: a test installs it into a prefix
+# of its own and uses it from elsewhere.
+Scripts/install.sh --configuration debug --build-only
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
 # The DocC catalog: a broken symbol link or article fails the run.
