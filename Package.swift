@@ -147,6 +147,8 @@ let package = Package(
             name: "crashcap-bench",
             dependencies: [
                 "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+                // A ClickHouse server of its own, for the ingest figure.
+                "TestSupport",
                 // A receiver that only answers, for the OTLP export's figure.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -154,7 +156,9 @@ let package = Package(
             ],
             path: "Benchmarks/CrashBenchmarks"
         ),
-        // Paths to the built samples and helpers to run them, shared by the test targets.
+        // Paths to the built samples and helpers to run them, a ClickHouse server of their own,
+        // shared by the test targets and the benchmarks. Not in ProcessSupport, which crashcap
+        // links: its URLSession would bring FoundationNetworking, and with it libcurl, into crashcap.
         .target(
             name: "TestSupport",
             dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "ProcessSupport"],
@@ -190,3 +194,18 @@ let package = Package(
         ),
     ]
 )
+
+// Warnings are errors in this package's own builds, never in an app's. Scripts/test.sh and
+// Scripts/demo.sh set CRASHCAPTURE_WARNINGS_AS_ERRORS=1, and then every target of ours, Swift and
+// C, tests and samples included, fails on a warning (the dependencies are not ours and are left as
+// they are). An app that depends on CrashCapture builds it without: Xcode and SwiftPM's newer build
+// system compile a dependency with -suppress-warnings, which the compiler refuses beside
+// -warnings-as-errors (swift-package-manager#10192), and a newer compiler's new warning must not
+// stop someone else's build.
+if Context.environment["CRASHCAPTURE_WARNINGS_AS_ERRORS"] == "1" {
+    for target in package.targets where target.type != .system && target.type != .plugin {
+        target.swiftSettings = (target.swiftSettings ?? []) + [.treatAllWarnings(as: .error)]
+        target.cSettings = (target.cSettings ?? []) + [.treatAllWarnings(as: .error)]
+        target.cxxSettings = (target.cxxSettings ?? []) + [.treatAllWarnings(as: .error)]
+    }
+}

@@ -4,8 +4,9 @@
 set -eu
 # libdw1 and libdebuginfod1 are what symbolication loads at run time; libdw-dev's headers,
 # debuginfod, g++, xz-utils and curl serve the debug-info tests; clickhouse-server is the real
-# ClickHouse that `crashcap collect --clickhouse` is tested against (each test starts its own).
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server"
+# ClickHouse that `crashcap collect --clickhouse` is tested against (each test starts its own);
+# pkgconf and man-db check what Scripts/install.sh installs (pkg-config --libs, man -l).
+packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"

@@ -11,6 +11,8 @@ trap 'rm -rf "$run_tmp"' EXIT
 # As /tmp is: some tests run a child as another user, which must reach its own folder here.
 chmod 1777 "$run_tmp"
 export TMPDIR="$run_tmp"
+# A warning in any target of ours fails the build (Package.swift); dependencies are left alone.
+export CRASHCAPTURE_WARNINGS_AS_ERRORS=1
 Scripts/install-dependencies.sh
 swift build
 # The harness also proves the samples built with optimisation (different traps and inlining).
@@ -22,12 +24,13 @@ Scripts/build-preload.sh
 # A server-shaped app outside this package, debug, release and release with the Swift runtime
 # linked in: the tests judge its crash reports beside the Swift runtime backtracer's.
 Scripts/build-server-sample.sh
-# An app outside this package, against the CrashCapture product alone: the tests check what it
-# links and that it works.
-# SwiftPM can miss a source file added to a path dependency and reuse its old build plan: the
-# plan is dropped first (it is rebuilt in a second; the objects stay).
-rm -f .build/minimal-app/debug.yaml
-swift build --package-path Examples/MinimalApp --scratch-path .build/minimal-app
+# An app outside this package, against the CrashCapture product alone, built as a user builds
+# it: the tests check what it links, that it works, and that its build showed no warning of ours.
+Scripts/build-minimal-app.sh
+# What Scripts/install.sh installs, built in debug (the same layout and static linking as the
+# release it installs by default) into .build-install-debug: a test installs it into a prefix
+# of its own and uses it from elsewhere.
+Scripts/install.sh --configuration debug --build-only
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
 # The DocC catalog: a broken symbol link or article fails the run.

@@ -4,6 +4,7 @@ import CrashFileFormat
 import CrashSymbolication
 import Foundation
 import ProcessSupport
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -72,7 +73,10 @@ func ingestUnderWrk(
             lines += try! WireFormat.encode(events: events)
             lines.append(UInt8(ascii: "\n"))
         }
-        FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+        guard FileManager.default.createFile(atPath: directory + "/bodies\(connection).txt", contents: Data(lines))
+        else {
+            fatalError("cannot write wrk's bodies into \(directory)")
+        }
     }
     let script =
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().path + "/ingest.lua"

@@ -5,7 +5,9 @@
 //   hang-bench-report    per hang among 64 threads: threshold to report on disk, the other threads'
 //                        stall, beside the disk's flush alone and a spinning thread's gaps without a hang
 // Each prints `key value` lines.
+#ifndef _GNU_SOURCE  // SwiftPM defines it for the target (cSettings); a build by hand may not
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>

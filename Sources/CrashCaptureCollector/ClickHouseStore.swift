@@ -1,5 +1,5 @@
 internal import AsyncHTTPClient
-package import CrashFileFormat
+internal import CrashFileFormat
 package import Foundation
 internal import NIOCore
 internal import NIOHTTP1

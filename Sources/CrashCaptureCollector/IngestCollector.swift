@@ -148,14 +148,19 @@ package final class IngestCollector: @unchecked Sendable {
                 let timer = HeaderDeadline(
                     collector: self, timeout: .milliseconds(Int64(self.limits.headerTimeout * 1000)),
                     firstByteTimeout: .milliseconds(Int64(self.limits.firstByteTimeout * 1000)))
-                return channel.pipeline.addHandler(timer).flatMap {
-                    channel.pipeline.configureHTTPServerPipeline(
-                        withPipeliningAssistance: true, withErrorHandling: false)
-                }.flatMap {
-                    channel.pipeline.addHandlers([
+                // The initializer runs on the channel's own event loop: the handlers go in there
+                // and then, synchronously (IdleStateHandler is not Sendable, and need not be).
+                do {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(timer)
+                    try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: false)
+                    try pipeline.addHandlers([
                         IdleStateHandler(readTimeout: .milliseconds(Int64(self.limits.idleTimeout * 1000))),
                         ConnectionHandler(collector: self, headerDeadline: timer),
                     ])
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
                 }
             }
         do {

@@ -85,7 +85,6 @@ public struct CrashReport: @unchecked Sendable {
     public let problems: [CrashFileProblem]
 
     public init(path: String, contents: CrashFileContents) {
-        self.path = path
         var session: [String: Any]?
         var events: [[String: Any]] = []
         var timing: Timing?
@@ -120,6 +119,35 @@ public struct CrashReport: @unchecked Sendable {
                     eventsNanoseconds: Self.int64(json["events_ns"]))
             }
         }
+        self.init(path: path, session: session, events: events, timing: timing, problems: problems)
+    }
+
+    /// A crash as an event store keeps it once imported: its `$AppCrashed` event, frames named
+    /// and other threads' stacks as frame objects, the handler's timings among its properties.
+    /// `crashcap show` reads it after the crash file is gone. `path` says where it was found.
+    public init(path: String, storedEvent event: [String: Any]) {
+        let properties = event["properties"] as? [String: Any] ?? [:]
+        func nanoseconds(_ key: String) -> Int64 {
+            Int64((((properties[key] as? NSNumber)?.doubleValue ?? 0) * 1e6).rounded())
+        }
+        let timing =
+            properties["crash_handler_total_ms"] == nil
+            ? nil
+            : Timing(
+                handlerNanoseconds: nanoseconds("crash_handler_total_ms"), writeNanoseconds: 0,
+                fdatasyncNanoseconds: nanoseconds("crash_fdatasync_ms"), publishNanoseconds: 0,
+                fdatasyncSucceeded: true, namedBeforeSync: false, directoryFlushed: false, otherThreadsNanoseconds: 0,
+                keptFilesNanoseconds: 0, unwindNanoseconds: 0, eventsNanoseconds: 0)
+        self.init(path: path, session: nil, events: [event], timing: timing, problems: [])
+        // The import kept a task's [async] callers only once it had confirmed them.
+        asyncChainConfirmed = true
+    }
+
+    private init(
+        path: String, session: [String: Any]?, events: [[String: Any]], timing: Timing?, problems: [CrashFileProblem]
+    ) {
+        self.path = path
+        var problems = problems
         self.session = session
         self.events = events
         self.timing = timing
@@ -128,11 +156,16 @@ public struct CrashReport: @unchecked Sendable {
             events.first { $0["event"] as? String == "$AppCrashed" }?["crash"] as? [String: Any]
             ?? events.first { $0["event"] as? String == "$AppHang" }?["hang"] as? [String: Any] ?? [:]
         frames = Self.decodeFrames(details)
-        asyncFrames = Self.decodeFrames(["frames": details["async_frames"] ?? []])
+        modules = Self.decodeModules(details)
+        // A stored crash's [async] frames are named frame objects, with no module index: each is
+        // placed by its address, as other threads' frames are.
+        let placed = Self.placer(modules)
+        asyncFrames = Self.decodeFrames(["frames": details["async_frames"] ?? []]).map {
+            $0.module == nil ? placed($0.pc) : $0
+        }
         if let owner = details["async_owner"] as? [String: Any] {
             asyncOwner = Self.decodeFrames(["frames": [owner]]).first
         }
-        modules = Self.decodeModules(details)
         taskName = details["task_name"] as? String
         threads = Self.decodeThreads(details, frames: frames, modules: modules)
         threadsTotal = (details["threads_total"] as? NSNumber)?.intValue ?? threads.count
@@ -206,6 +239,9 @@ public struct CrashReport: @unchecked Sendable {
     /// A pc of the function whose frame held the first async context: the chain is the task's
     /// only when that function is async (the symbolicator decides).
     public private(set) var asyncOwner: Frame?
+    /// The [async] callers were confirmed as the task's when the crash was imported (a stored
+    /// crash keeps them only then, without the owner they were confirmed by).
+    public private(set) var asyncChainConfirmed = false
     /// The name of the crashing thread's Swift task, when one was given (`Task(name:)`).
     public private(set) var taskName: String?
     public private(set) var modules: [Module] = []
@@ -233,8 +269,28 @@ public struct CrashReport: @unchecked Sendable {
 
     /// Other threads' frames are bare addresses: each is placed in the module that holds it.
     static func decodeThreads(_ details: [String: Any], frames: [Frame], modules: [Module]) -> [Thread] {
+        let frame = placer(modules)
+        return (details["threads"] as? [[String: Any]] ?? []).prefix(maximumThreads).map { thread in
+            let crashed = thread["crashed"] as? Bool ?? false
+            let addresses = (thread["frames"] as? [Any] ?? []).prefix(maximumThreadFrames).compactMap(address)
+            return Thread(
+                tid: (thread["tid"] as? NSNumber)?.intValue ?? 0, name: thread["name"] as? String ?? "",
+                state: thread["state"] as? String ?? "?", crashed: crashed,
+                crashedToo: thread["crashed_too"] as? Bool ?? false,
+                captured: crashed || thread["captured"] as? Bool ?? false, whyNotCaptured: thread["why"] as? String,
+                frames: crashed ? frames : addresses.map(frame),
+                unwindFaulted: thread["unwind_faulted"] as? Bool ?? false,
+                asyncFrames: (thread["async_frames"] as? [Any] ?? []).prefix(maximumThreadFrames).compactMap(address)
+                    .map(frame),
+                asyncOwner: hex(thread["async_owner"]).map(frame),
+                taskName: thread["task_name"] as? String)
+        }
+    }
+
+    /// Places an address in the module that holds it.
+    static func placer(_ modules: [Module]) -> (UInt64) -> Frame {
         let order = modules.indices.sorted { modules[$0].start < modules[$1].start }
-        func frame(_ pc: UInt64) -> Frame {
+        return { pc in
             var low = 0
             var high = order.count
             while low < high {
@@ -245,23 +301,11 @@ public struct CrashReport: @unchecked Sendable {
             let index = order[low - 1]
             return Frame(pc: pc, module: index, offset: pc &- modules[index].loadBias)
         }
-        return (details["threads"] as? [[String: Any]] ?? []).prefix(maximumThreads).map { thread in
-            let crashed = thread["crashed"] as? Bool ?? false
-            let addresses = (thread["frames"] as? [String] ?? []).prefix(maximumThreadFrames).compactMap { hex($0) }
-            return Thread(
-                tid: (thread["tid"] as? NSNumber)?.intValue ?? 0, name: thread["name"] as? String ?? "",
-                state: thread["state"] as? String ?? "?", crashed: crashed,
-                crashedToo: thread["crashed_too"] as? Bool ?? false,
-                captured: crashed || thread["captured"] as? Bool ?? false, whyNotCaptured: thread["why"] as? String,
-                frames: crashed ? frames : addresses.map(frame),
-                unwindFaulted: thread["unwind_faulted"] as? Bool ?? false,
-                asyncFrames: (thread["async_frames"] as? [String] ?? []).prefix(maximumThreadFrames).compactMap {
-                    hex($0)
-                }
-                .map(frame),
-                asyncOwner: hex(thread["async_owner"]).map(frame),
-                taskName: thread["task_name"] as? String)
-        }
+    }
+
+    /// A frame's address: "0x…" in a crash file, a frame object's "pc" once a store named it.
+    static func address(_ frame: Any) -> UInt64? {
+        hex(frame) ?? hex((frame as? [String: Any])?["pc"])
     }
 
     static func decodeFrames(_ details: [String: Any]) -> [Frame] {

@@ -1,4 +1,4 @@
-public import Foundation
+internal import Foundation
 
 /// Parses JSON text into the tree `JSONSerialization` gives (String, NSNumber, NSNull, `[Any]`,
 /// `[String: Any]`), as strictly as RFC 8259 asks (UTF-8 only, no trailing commas, which

@@ -1,5 +1,5 @@
 internal import CElfutils
-public import CrashFileFormat
+internal import CrashFileFormat
 internal import Foundation
 
 #if canImport(Glibc)

@@ -122,6 +122,8 @@ public final class Symbolicator: @unchecked Sendable {
     public let options: Options
     private var modules: [String: LoadedModule] = [:]
     private var answers: [AnswerKey: Symbol] = [:]
+    /// Names a report brought with it (`remember`), for where the modules here name nothing.
+    private var remembered: [AnswerKey: Symbol] = [:]
     private let lock = NSLock()
 
     public init(options: Options = Options()) {
@@ -143,9 +145,22 @@ public final class Symbolicator: @unchecked Sendable {
         defer { lock.unlock() }
         let key = AnswerKey(module: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)
         if let known = answers[key] { return known }
-        let answer = lookUp(modulePath: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)
+        var answer = lookUp(modulePath: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)
+        if answer.function == nil, let named = remembered[key] { answer = named }
         answers[key] = answer
         return answer
+    }
+
+    /// A name a report already carries for this address (a stored crash's frames, named when it
+    /// was imported), used where the module found here names nothing: the binary is gone, or
+    /// is another build by now. Call it before the address is first looked up.
+    public func remember(
+        _ symbol: Symbol, modulePath: String, buildID: String, offset: UInt64, isReturnAddress: Bool
+    ) {
+        lock.lock()
+        defer { lock.unlock() }
+        remembered[AnswerKey(module: modulePath, buildID: buildID, offset: offset, isReturnAddress: isReturnAddress)] =
+            symbol
     }
 
     /// Every frame of a report's crashing thread, named.
@@ -175,25 +190,41 @@ public final class Symbolicator: @unchecked Sendable {
     /// function, so a word that only looked like an async context names nothing.
     public func symbolicateAsyncFrames(of report: CrashReport) -> [Symbol] {
         symbolicateAsyncFrames(
-            report.asyncFrames, owner: report.asyncOwner, stack: report.frames, modules: report.modules)
+            report.asyncFrames, owner: report.asyncOwner, confirmed: report.asyncChainConfirmed, stack: report.frames,
+            modules: report.modules)
     }
 
     /// The same for one of the other threads.
     public func symbolicateAsyncFrames(of thread: CrashReport.Thread, in report: CrashReport) -> [Symbol] {
         symbolicateAsyncFrames(
-            thread.asyncFrames, owner: thread.asyncOwner, stack: thread.frames, modules: report.modules)
+            thread.asyncFrames, owner: thread.asyncOwner, confirmed: report.asyncChainConfirmed, stack: thread.frames,
+            modules: report.modules)
     }
 
     /// `owner` is a pc of the function whose frame record held the chain: the stack's first
     /// frame, or a return address below it. When it is the first frame, that function may have
     /// a frame of its own (an async function that trapped) or none (a leaf of libc or the
     /// runtime that a task called): then the record is that of the first frame below it that
-    /// is not the system's.
+    /// is not the system's. `confirmed`: a stored crash's chains, confirmed when it was imported.
     func symbolicateAsyncFrames(
-        _ frames: [CrashReport.Frame], owner: CrashReport.Frame?, stack: [CrashReport.Frame],
+        _ frames: [CrashReport.Frame], owner: CrashReport.Frame?, confirmed: Bool = false, stack: [CrashReport.Frame],
         modules: [CrashReport.Module]
     ) -> [Symbol] {
-        guard let owner, !frames.isEmpty else { return [] }
+        guard !frames.isEmpty else { return [] }
+        if !confirmed {
+            guard let owner, asyncChainHolds(owner: owner, stack: stack, modules: modules) else { return [] }
+        }
+        return frames.map { frame in
+            guard let index = frame.module, index < modules.count, let offset = frame.offset else {
+                return Symbol(module: "???", note: "address outside every known module")
+            }
+            let module = modules[index]
+            return symbolicate(modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: false)
+        }
+    }
+
+    /// Whether the function whose frame held the chain is a Swift async function.
+    func asyncChainHolds(owner: CrashReport.Frame, stack: [CrashReport.Frame], modules: [CrashReport.Module]) -> Bool {
         func named(_ frame: CrashReport.Frame, returnAddress: Bool) -> Symbol? {
             guard let index = frame.module, index < modules.count, let offset = frame.offset else { return nil }
             let module = modules[index]
@@ -209,14 +240,7 @@ public final class Symbolicator: @unchecked Sendable {
             holder = stack.dropFirst().prefix(8).lazy.compactMap { named($0, returnAddress: true) }
                 .first { $0.role != .system }
         }
-        guard isAsync(holder) else { return [] }
-        return frames.map { frame in
-            guard let index = frame.module, index < modules.count, let offset = frame.offset else {
-                return Symbol(module: "???", note: "address outside every known module")
-            }
-            let module = modules[index]
-            return symbolicate(modulePath: module.path, buildID: module.buildID, offset: offset, isReturnAddress: false)
-        }
+        return isAsync(holder)
     }
 
     /// Whether a mangled Swift name is an async function or one of its resume partial

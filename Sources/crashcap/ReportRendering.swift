@@ -76,8 +76,18 @@ enum ReportRendering {
             signal += " sent by pid \(sender)" + (properties["crash_sender_uid"].map { " (uid \($0))" } ?? "")
         }
         lines.append("\(style.bold("signal")):   \(style.red(signal))")
-        let summary = symbolicator.summary(of: report, symbols: symbols)
+        var summary = symbolicator.summary(of: report, symbols: symbols)
+        if let stored = storedSummary(report) { (summary.title, summary.fingerprint) = stored }
         lines.append("\(style.bold("title")):    \(summary.title)  " + style.dim("fingerprint \(summary.fingerprint)"))
+        if properties["crash_compact"] as? Bool == true {
+            let first = (properties["crash_first_time"] as? NSNumber).map {
+                " since \(Date(timeIntervalSince1970: $0.doubleValue / 1000))"
+            }
+            lines.append(
+                style.dim(
+                    "crash \(properties["crash_repeat_count"] ?? "?") of a crash loop\(first ?? ""): its stacks were "
+                        + "left out at import"))
+        }
         let threadName = properties["crash_thread_name"] as? String ?? ""
         let main = properties["crash_main_thread"] as? Bool == true ? " (main thread)" : ""
         lines.append("\(style.bold("thread")):   \(properties["crash_tid"] ?? "?") \"\(threadName)\"\(main)")
@@ -122,6 +132,15 @@ enum ReportRendering {
             lines.append(style.dim("(more with \(more.joined(separator: " and ")), or --json)"))
         }
         return lines.map(style.terminalSafe).joined(separator: "\n")
+    }
+
+    /// The title and fingerprint an imported crash was stored under (what `list` shows and
+    /// `show DIR CRASH` takes); nil for a crash file, which is named here.
+    static func storedSummary(_ report: CrashReport) -> (title: String, fingerprint: String)? {
+        guard let title = report.properties["crash_title"] as? String,
+            let fingerprint = report.properties["crash_fingerprint"] as? String
+        else { return nil }
+        return (title, fingerprint)
     }
 
     /// A hang report: the watch that missed, the hung thread's stack, any deadlock, then every
@@ -237,7 +256,10 @@ enum ReportRendering {
                 lines.append("  \(path)  " + style.dim("(\(error))"))
                 continue
             }
-            let data = (attachment["base64"] as? String).flatMap { Data(base64Encoded: $0) } ?? Data()
+            // A crash file holds the bytes as base64; an imported crash, as text.
+            let data =
+                (attachment["base64"] as? String).flatMap { Data(base64Encoded: $0) }
+                ?? (attachment["text"] as? String).map { Data($0.utf8) } ?? Data()
             let text = String(decoding: data, as: UTF8.self)
             let tail = text.split(separator: "\n", omittingEmptySubsequences: false).suffix(6).drop { $0.isEmpty }
             lines.append("  \(path)  " + style.dim("(last \(data.count) bytes, the last lines:)"))
@@ -473,9 +495,10 @@ enum ReportRendering {
             return entry
         }
         let summary = symbolicator.summary(of: report, symbols: symbols)
-        object["fingerprint"] = summary.fingerprint
-        object["fingerprint_version"] = CrashFingerprint.version
-        object["title"] = summary.title
+        let stored = storedSummary(report)
+        object["fingerprint"] = stored?.fingerprint ?? summary.fingerprint
+        object["fingerprint_version"] = report.properties["crash_fingerprint_version"] ?? CrashFingerprint.version
+        object["title"] = stored?.title ?? summary.title
         if let reason = summary.reason { object["message"] = reason }
         let asyncSymbols = symbolicator.symbolicateAsyncFrames(of: report)
         if !asyncSymbols.isEmpty {

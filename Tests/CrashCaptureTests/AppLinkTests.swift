@@ -34,6 +34,22 @@ import Testing
         }
     }
 
+    /// The app's build compiled every source of ours it links and showed no warning: a user's
+    /// build prints ours among its own. Scripts/build-minimal-app.sh builds it as a user does
+    /// (without our warnings-as-errors), from scratch whenever a source of ours changed.
+    @Test func anAppsBuildShowsNoWarningFromOurSources() throws {
+        let path = Paths.packageRoot + "/.build/minimal-app/build.log"
+        let log = try String(contentsOfFile: path, encoding: .utf8)
+        // SwiftPM names a Swift module, or a C file (the crash path's, in CCrashCapture).
+        for compiled in ["CrashCapture ", "CrashFileFormat ", "CrashSymbolication ", "CElfutils ", "crash_path.c"] {
+            #expect(log.contains("Compiling \(compiled)"), "\(path) is not of a build that compiled \(compiled)")
+        }
+        let ours = log.split(separator: "\n").filter {
+            $0.contains("warning:") && !$0.contains("/.build/minimal-app/checkouts/")
+        }
+        #expect(ours.isEmpty, "\(ours.count) warning lines in an app's build:\n\(ours.joined(separator: "\n"))")
+    }
+
     @Test func diagnosticsReachTheAppsOwnLogHandler() throws {
         let directory = makeTemporaryDirectory("app-log")
         let result = try run(Self.app, [directory], timeout: 30)

@@ -104,7 +104,10 @@ import Testing
             let store = try EventStore(path: path)
             try store.insert(events(0..<120))
             var batch = try store.completeAndClaim(nil, limit: 10)
-            for _ in 0..<6 { batch = try store.completeAndClaim(try #require(batch), limit: 10) }
+            for _ in 0..<6 {
+                let claimed = try #require(batch)
+                batch = try store.completeAndClaim(claimed, limit: 10)
+            }
             #expect(batch?.events.first?.eventID == "e60")
             #expect(store.count == 60)
             #expect(try store.events(limit: 1000).first?.eventID == "e60")
@@ -138,7 +141,10 @@ import Testing
         let store = try EventStore(path: path)
         try store.insert(events(0..<(EventStore.purgeRows + 200)))
         var batch = try store.completeAndClaim(nil, limit: 50)
-        for _ in 0..<(EventStore.purgeRows / 50) { batch = try store.completeAndClaim(try #require(batch), limit: 50) }
+        for _ in 0..<(EventStore.purgeRows / 50) {
+            let claimed = try #require(batch)
+            batch = try store.completeAndClaim(claimed, limit: 50)
+        }
         let rows = try run("/usr/bin/env", ["sqlite3", path, "SELECT COUNT(*), MIN(event_id) FROM events"]).stdout
         #expect(rows.trimmingCharacters(in: .newlines) == "200|e\(EventStore.purgeRows)")
         #expect(store.count == 200)
@@ -207,6 +213,34 @@ import Testing
         #expect(throws: CrashCaptureError.self) {
             try EventStore(path: storePath(), limits: .init(maximumEvents: 0, maximumBytes: 10))
         }
+    }
+
+    /// The crash history keeps whole reports for `crashcap show` after their events are gone:
+    /// the newest `crashReportsKept`, within `crashReportBytesKept`; older crashes keep their line.
+    @Test func theCrashHistoryKeepsTheNewestReportsWithinItsBounds() throws {
+        let store = try EventStore(path: storePath())
+        func keep(_ index: Int, bytes: Int = 100) throws {
+            try store.transaction { transaction in
+                try transaction.noteCrashInHistory(
+                    CrashHistoryEntry(
+                        eventID: "c\(index)", timeMilliseconds: Int64(index), signal: "SIGSEGV", title: "t",
+                        fingerprint: "f", appVersion: "1"))
+                try transaction.keepCrashReport(
+                    eventID: "c\(index)", payload: "{\"pad\":\"" + String(repeating: "p", count: bytes) + "\"}")
+            }
+        }
+        let count = EventStore.crashReportsKept + 5
+        for index in 0..<count { try keep(index) }
+        #expect(try store.crashHistory().count == count, "every crash keeps its line")
+        #expect(try store.crashReport(eventID: "c4") == nil && store.crashReport(eventID: "c5") != nil)
+        #expect(try store.crashReport(eventID: "c\(count - 1)")?.contains("ppp") == true)
+        // Two reports of half the bytes kept and more: only the newest of them stays whole.
+        let half = EventStore.crashReportBytesKept / 2 + 1
+        try keep(count, bytes: half)
+        try keep(count + 1, bytes: half)
+        #expect(try store.crashReport(eventID: "c\(count + 1)") != nil)
+        #expect(
+            try store.crashReport(eventID: "c\(count)") == nil && store.crashReport(eventID: "c\(count - 1)") == nil)
     }
 }
 

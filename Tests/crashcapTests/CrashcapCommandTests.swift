@@ -185,6 +185,83 @@ import Testing
         #expect(frames.contains { $0["function"] as? String == "sample_throw_runtime_error" })
     }
 
+    /// A crash the app's next start imported (its file is gone, its events uploaded and deleted)
+    /// is still shown, from the store, as its crash file was: the newest by default, any other by
+    /// the id `list` prints, a unique start of it, or its fingerprint.
+    @Test func showReadsACrashTheAppAlreadyImported() throws {
+        let directory = makeTemporaryDirectory("show-imported")
+        let environment = ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"]
+        let crashed = try run(Paths.swiftSample, ["swift-async-deep"], environment: environment, timeout: 30)
+        #expect(crashed.signal == SIGSEGV, "\(crashed.stderr)")
+        let pending = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        #expect(pending.exitCode == 0, "\(pending.stderr)")
+        // The app's next start imports the crash file; an upload then empties the event queue.
+        let nextStart = try run(
+            Paths.swiftSample, ["pipeline-track"],
+            environment: environment.merging(["CRASH_SAMPLE_EVENTS": "1"]) { $1 },
+            timeout: 30)
+        #expect(nextStart.exitCode == 0, "\(nextStart.stderr)")
+        #expect(crashFiles(in: directory).isEmpty, "the next start imported and removed the crash file")
+        let collector = try CollectorProcess()
+        let upload = try run(Paths.crashcap, ["upload", directory, "--upload", collector.url], timeout: 60)
+        #expect(upload.exitCode == 0, "\(upload.stderr)")
+        let rows = try run("/usr/bin/env", ["sqlite3", directory + "/events.sqlite", "SELECT COUNT(*) FROM events"])
+        #expect(rows.stdout == "0\n", "nothing left in the queue, show reads the crash history: \(rows.stdout)")
+
+        let stored = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        #expect(stored.exitCode == 0, "\(stored.stderr)")
+        #expect(stored.stderr.contains("crashcap list"), "it says where the crash came from: \(stored.stderr)")
+        // Everything but the first line (which names the file, or the store and the crash's id)
+        // reads as the crash file did.
+        let body = { (text: String) in text.split(separator: "\n", omittingEmptySubsequences: false).dropFirst() }
+        #expect(
+            Array(body(stored.stdout)) == Array(body(pending.stdout)),
+            "pending:\n\(pending.stdout)\nstored:\n\(stored.stdout)")
+        #expect(stored.stdout.contains("async callers (task \"checkout-flow\")"), "\(stored.stdout)")
+
+        let list = try run(Paths.crashcap, ["list", directory, "--json"], timeout: 60)
+        let crashes = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]])
+        let crash = try #require(crashes.first)
+        let id = try #require(crash["id"] as? String)
+        let fingerprint = try #require(crash["fingerprint"] as? String)
+        let text = try run(Paths.crashcap, ["list", directory], timeout: 60)
+        #expect(text.stdout.contains(id), "the text list shows the id to pass: \(text.stdout)")
+        for selector in [id, String(id.prefix(8)), fingerprint] {
+            let one = try run(Paths.crashcap, ["show", directory, selector, "--no-color"], timeout: 60)
+            #expect(one.exitCode == 0, "\(selector): \(one.stderr)")
+            #expect(Array(body(one.stdout)) == Array(body(stored.stdout)), "\(selector): \(one.stdout)")
+        }
+        let json = try run(Paths.crashcap, ["show", directory, id, "--json"], timeout: 60)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object["title"] as? String == crash["title"] as? String)
+        #expect(object["fingerprint"] as? String == fingerprint)
+        let unknown = try run(Paths.crashcap, ["show", directory, "0123456789abcdef"], timeout: 60)
+        #expect(unknown.exitCode == 66 && unknown.stderr.contains("no crash"), "\(unknown.stderr)")
+        let onFile = try run(Paths.crashcap, ["show", directory + "/events.sqlite", id], timeout: 60)
+        #expect(onFile.exitCode == 64, "a crash is chosen within a directory: \(onFile.stderr)")
+    }
+
+    /// A crash imported from a binary that is gone since (redeployed, or another machine's) keeps
+    /// the names it was given at import.
+    @Test func anImportedCrashKeepsItsNamesWhenTheBinaryIsGone() throws {
+        let directory = makeTemporaryDirectory("show-gone")
+        let binaries = makeTemporaryDirectory("show-gone-bin")
+        let copy = binaries + "/crash-sample-c"
+        // cp, not a copy by this process: a child another test forks meanwhile would inherit the
+        // copy's descriptor open for writing, and the exec would fail (ETXTBSY).
+        #expect(try run("/bin/cp", [Paths.cSample, copy]).exitCode == 0)
+        let crashed = try run(copy, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory], timeout: 30)
+        #expect(crashed.signal == SIGSEGV)
+        #expect(try run(Paths.crashcap, ["replay", directory], timeout: 60).exitCode == 0)
+        try FileManager.default.removeItem(atPath: copy)
+        let shown = try run(Paths.crashcap, ["show", directory, "--no-color"], timeout: 60)
+        #expect(shown.exitCode == 0, "\(shown.stderr)")
+        #expect(shown.stdout.contains("title:    SIGSEGV in sample_null_read"), "\(shown.stdout)")
+        let frames = shown.stdout.components(separatedBy: "frames:\n").dropFirst().first ?? ""
+        #expect(
+            frames.hasPrefix("  #0 ") && frames.prefix { $0 != "\n" }.contains("sample_null_read"), "\(shown.stdout)")
+    }
+
     @Test func replayJSONReportsEachFile() throws {
         let directory = makeTemporaryDirectory("json")
         _ = try run(Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory])

@@ -270,6 +270,12 @@ package struct CrashReplayer: Sendable {
                     let rows = encoded[index]
                     let inserted = try transaction.insert(rows, rememberIDs: true)
                     results[index].importedEvents = inserted.inserted
+                    // Each crash's report stays readable (`crashcap show`) after its event is
+                    // uploaded and deleted: the history keeps it as it was imported.
+                    for (row, (_, event)) in zip(rows, decided[index]) where event["event"] as? String == "$AppCrashed"
+                    {
+                        try transaction.keepCrashReport(eventID: row.id, payload: row.payload)
+                    }
                     if rows.isEmpty {
                         results[index].outcome = results[index].problems.isEmpty ? .noCrash : .damaged
                     } else if inserted.inserted == 0 {
@@ -495,6 +501,48 @@ package struct CrashReplayer: Sendable {
             }
         }
         return object
+    }
+
+    /// A frame object read back (`frameObject`'s inverse, but for the roles, which follow from
+    /// the names).
+    package static func symbol(fromFrameObject object: [String: Any]) -> Symbolicator.Symbol {
+        func int(_ key: String, in object: [String: Any]) -> Int? { (object[key] as? NSNumber)?.intValue }
+        return Symbolicator.Symbol(
+            function: object["function"] as? String, linkageName: object["linkage_name"] as? String,
+            offsetInFunction: (object["function_offset"] as? NSNumber)?.uint64Value,
+            module: object["module_name"] as? String ?? "???", note: object["symbol_note"] as? String,
+            file: object["file"] as? String, line: int("line", in: object), column: int("column", in: object),
+            inlined: (object["inlined"] as? [[String: Any]] ?? []).map { frame in
+                Symbolicator.SourceFrame(
+                    function: frame["function"] as? String, linkageName: frame["linkage_name"] as? String,
+                    file: frame["file"] as? String, line: int("line", in: frame), column: int("column", in: frame))
+            })
+    }
+
+    /// Gives `symbolicator` the names a stored crash was given at import (`CrashReport(path:storedEvent:)`),
+    /// for every address of its stacks: where the modules found here name nothing (the binary
+    /// is gone, or another build by now), the report still reads as it did.
+    package static func rememberNames(of report: CrashReport, in symbolicator: Symbolicator) {
+        let details = report.crashed?["crash"] as? [String: Any] ?? [:]
+        func remember(_ frames: [CrashReport.Frame], _ objects: Any?, returnAddresses: Bool) {
+            for (index, (frame, object)) in zip(frames, objects as? [[String: Any]] ?? []).enumerated() {
+                guard let module = frame.module, module < report.modules.count, let offset = frame.offset,
+                    object["function"] != nil
+                else { continue }
+                symbolicator.remember(
+                    symbol(fromFrameObject: object), modulePath: report.modules[module].path,
+                    buildID: report.modules[module].buildID, offset: offset,
+                    isReturnAddress: returnAddresses && index > 0
+                )
+            }
+        }
+        remember(report.frames, details["frames"], returnAddresses: true)
+        remember(report.asyncFrames, details["async_frames"], returnAddresses: false)
+        for (thread, object) in zip(report.threads, details["threads"] as? [[String: Any]] ?? []) where !thread.crashed
+        {
+            remember(thread.frames, object["frames"], returnAddresses: true)
+            remember(thread.asyncFrames, object["async_frames"], returnAddresses: false)
+        }
     }
 
     static func sourceObject(file: String?, line: Int?, column: Int?) -> [String: Any] {

@@ -83,7 +83,7 @@ package struct SessionRecovery: Sendable {
                 summary.leftForLater += sessionNames.count - index
                 // Their crash files wait with them.
                 for left in sessionNames[index...] {
-                    SessionFile.sessionID(fromFileName: left).map { handled.insert($0) }
+                    if let id = SessionFile.sessionID(fromFileName: left) { handled.insert(id) }
                 }
                 break
             }

@@ -2,8 +2,9 @@ internal import CSQLite
 internal import Foundation
 
 /// One crash of the store's history: every crash imported, kept after its event is uploaded
-/// and deleted, for `crashcap list` (as `coredumpctl list` lists core dumps). The newest
-/// `EventStore.crashHistoryKept` are kept.
+/// and deleted, for `crashcap list` (as `coredumpctl list` lists core dumps) and `crashcap show`.
+/// The newest `EventStore.crashHistoryKept` are kept, the newest of them with their whole report
+/// (`EventStore.crashReportsKept`).
 package struct CrashHistoryEntry: Sendable, Equatable {
     package var eventID: String
     package var timeMilliseconds: Int64
@@ -98,6 +99,48 @@ extension EventStore {
         return entries
     }
 
+    /// Whole reports (the `$AppCrashed` event as imported) kept in the history at most, the
+    /// newest, and their bytes at most: a server's crash with every thread named is megabytes.
+    /// Older crashes keep their line in the history without the report.
+    package static let crashReportsKept = 100
+    package static let crashReportBytesKept = 32 << 20
+
+    /// The report of one crash of the history, the `$AppCrashed` event as it was imported: from
+    /// the history, or from the events still waiting to be uploaded (a crash imported before the
+    /// history kept reports). Nil when neither has it any more.
+    package func crashReport(eventID: String) throws -> String? {
+        lock.lock()
+        defer { lock.unlock() }
+        let kept = try connection.prepare(
+            "SELECT payload FROM crash_history WHERE event_id = ? AND payload IS NOT NULL")
+        try kept.bind(1, eventID)
+        if try kept.step() { return kept.text(0) }
+        let waiting = try connection.prepare("SELECT \(Self.payloadColumn) FROM events WHERE event_id = ?")
+        try waiting.bind(1, eventID)
+        return try waiting.step() ? waiting.text(0) : nil
+    }
+
+    /// Keeps a crash's whole report with its line of the history; inside the transaction that
+    /// imports it. The oldest reports beyond the count or the bytes kept are let go.
+    func keepCrashReportLocked(eventID: String, payload: String) throws {
+        let keep = try statement("UPDATE crash_history SET payload = ? WHERE event_id = ?")
+        try keep.bind(1, payload)
+        try keep.bind(2, eventID)
+        _ = try keep.step()
+        let trim = try statement(
+            """
+            UPDATE crash_history SET payload = NULL WHERE event_id IN (
+                SELECT event_id FROM (
+                    SELECT event_id, ROW_NUMBER() OVER newest AS n, SUM(length(CAST(payload AS BLOB))) OVER newest AS bytes
+                    FROM crash_history WHERE payload IS NOT NULL
+                    WINDOW newest AS (ORDER BY time_ms DESC, event_id DESC))
+                WHERE n > ? OR bytes > ?)
+            """)
+        try trim.bind(1, Int64(Self.crashReportsKept))
+        try trim.bind(2, Int64(Self.crashReportBytesKept))
+        _ = try trim.step()
+    }
+
     /// Notes one imported crash; inside the transaction that imports it, so the two agree.
     func noteCrashInHistoryLocked(_ entry: CrashHistoryEntry) throws {
         let note = try statement(
@@ -121,5 +164,9 @@ extension EventStore {
 extension EventStore.Transaction {
     package func noteCrashInHistory(_ entry: CrashHistoryEntry) throws {
         try store.noteCrashInHistoryLocked(entry)
+    }
+
+    package func keepCrashReport(eventID: String, payload: String) throws {
+        try store.keepCrashReportLocked(eventID: eventID, payload: payload)
     }
 }

@@ -91,7 +91,8 @@ extension EventStore {
                 signal TEXT NOT NULL,
                 title TEXT NOT NULL,
                 fingerprint TEXT NOT NULL,
-                app_version TEXT NOT NULL) WITHOUT ROWID;
+                app_version TEXT NOT NULL,
+                payload TEXT) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS crash_history_by_time ON crash_history(time_ms);
             CREATE TABLE IF NOT EXISTS crash_runs(
                 fingerprint TEXT PRIMARY KEY,
@@ -99,6 +100,15 @@ extension EventStore {
                 count INTEGER NOT NULL) WITHOUT ROWID;
             INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
             """)
+        // Stores made before the history kept whole reports get the column; two processes that
+        // open such a store at once both try, and one finds it made.
+        if try connection.scalarInt("SELECT COUNT(*) FROM pragma_table_info('crash_history') WHERE name = 'payload'")
+            == 0
+        {
+            do {
+                try connection.execute("ALTER TABLE crash_history ADD COLUMN payload TEXT")
+            } catch let error as SQLiteError where error.message.contains("duplicate column") {}
+        }
     }
 
     static func moveAside(_ path: String) throws -> String {

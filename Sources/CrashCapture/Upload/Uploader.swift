@@ -452,7 +452,7 @@ package final class Uploader: @unchecked Sendable {
                 return .retry("HTTP \(status): \(text)")
             }
             return .retryAfter("HTTP \(status), retry after \(Int(seconds)) s: \(text)", seconds)
-        case 403, 404, 408, 429, 500..<600: return .retry("HTTP \(status): \(text)")
+        case 403, 404, 408, 500..<600: return .retry("HTTP \(status): \(text)")
         case 400..<500: return .rejected(status, text)
         default: return .retry("unexpected HTTP \(status)")
         }

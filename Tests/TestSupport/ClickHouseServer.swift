@@ -1,4 +1,5 @@
-package import Foundation
+internal import Foundation
+package import ProcessSupport
 
 #if canImport(Glibc)
     import Glibc
