@@ -80,6 +80,9 @@ void crashcapture_set_logged_in(int logged_in);
 /// nothing happens.
 void crashcapture_read_static_runtime_in_background(void);
 
+/// Whether the task metadata that names tasks is known (a runtime library exports it).
+int crashcapture_task_metadata_known(void);
+
 /// Called from inside a task, once, at install: where the Swift runtime is linked into the
 /// program it exports no task metadata, and a running task's own is what names tasks in a
 /// report. 1 when the metadata is known (before or now), 0 when it cannot be learned here.

@@ -92,6 +92,8 @@ void cc_find_swift_task_layout(void) {
     if (linked->task_get_current != 0) cc_global.swift_task_current = (uintptr_t(*)(void))linked->task_get_current;
 }
 
+int crashcapture_task_metadata_known(void) { return atomic_load(&cc_global.swift_task_metadata) != 0; }
+
 int crashcapture_note_current_task(void) {
     if (atomic_load(&cc_global.swift_task_metadata) != 0) return 1;
     // A runtime linked into the program: its table read (waiting for the reader if it is at it).

@@ -233,7 +233,10 @@ public enum CrashCapture: Sendable {
         // thread of ours, and one task's own metadata names the tasks of a report. Elsewhere
         // both return at once.
         crashcapture_read_static_runtime_in_background()
-        Task.detached(priority: .utility) { _ = crashcapture_note_current_task() }
+        // Only then: a task would start a thread of the cooperative pool in an app that has none.
+        if crashcapture_task_metadata_known() == 0 {
+            Task.detached(priority: .utility) { _ = crashcapture_note_current_task() }
+        }
     }
 
     /// Restores the handlers that were there before, unless someone replaced ours since, and
