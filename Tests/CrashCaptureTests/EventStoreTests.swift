@@ -41,6 +41,33 @@ import Testing
         #expect(try store.events().map(\.eventID) == ["e1", "e2"])
     }
 
+    /// A store whose crash history predates the whole reports gets their columns at open, and
+    /// keeps its crashes' lines.
+    @Test func anOlderCrashHistoryGetsItsReportColumns() throws {
+        let path = storePath()
+        let old = """
+            PRAGMA application_id = \(EventStore.applicationID);
+            CREATE TABLE crash_history(event_id TEXT PRIMARY KEY, time_ms INTEGER NOT NULL, signal TEXT NOT NULL,
+                title TEXT NOT NULL, fingerprint TEXT NOT NULL, app_version TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO crash_history VALUES ('before', 1, 'SIGSEGV', 't', 'f', '1');
+            """
+        let made = try run("/usr/bin/sqlite3", [path, old])
+        #expect(made.exitCode == 0, "\(made.stderr)")
+        let store = try EventStore(path: path)
+        #expect(try store.crashHistory().map(\.eventID) == ["before"])
+        #expect(try store.crashReport(eventID: "before") == nil)
+        try store.transaction { transaction in
+            try transaction.noteCrashInHistory(
+                CrashHistoryEntry(
+                    eventID: "after", timeMilliseconds: 2, signal: "SIGABRT", title: "t", fingerprint: "f",
+                    appVersion: "1"))
+            try transaction.keepCrashReport(eventID: "after", payload: "{\"event\":\"$AppCrashed\"}")
+        }
+        #expect(try store.crashReport(eventID: "after") == "{\"event\":\"$AppCrashed\"}")
+        // A second open finds the columns made.
+        #expect(try EventStore(path: path).crashHistory().count == 2)
+    }
+
     @Test func capDropsTheOldestAndCountsThem() throws {
         let store = try EventStore(path: storePath(), limits: .init(maximumEvents: 100, maximumBytes: 1 << 20))
         try store.insert(events(0..<60))

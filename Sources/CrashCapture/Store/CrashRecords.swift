@@ -123,15 +123,18 @@ extension EventStore {
     /// Keeps a crash's whole report with its line of the history; inside the transaction that
     /// imports it. The oldest reports beyond the count or the bytes kept are let go.
     func keepCrashReportLocked(eventID: String, payload: String) throws {
-        let keep = try statement("UPDATE crash_history SET payload = ? WHERE event_id = ?")
+        let keep = try statement("UPDATE crash_history SET payload = ?, payload_bytes = ? WHERE event_id = ?")
         try keep.bind(1, payload)
-        try keep.bind(2, eventID)
+        try keep.bind(2, Int64(payload.utf8.count))
+        try keep.bind(3, eventID)
         _ = try keep.step()
+        // The sizes are summed from their own column: reading the reports' text to measure it
+        // would read up to crashReportBytesKept at every import.
         let trim = try statement(
             """
-            UPDATE crash_history SET payload = NULL WHERE event_id IN (
+            UPDATE crash_history SET payload = NULL, payload_bytes = 0 WHERE event_id IN (
                 SELECT event_id FROM (
-                    SELECT event_id, ROW_NUMBER() OVER newest AS n, SUM(length(CAST(payload AS BLOB))) OVER newest AS bytes
+                    SELECT event_id, ROW_NUMBER() OVER newest AS n, SUM(payload_bytes) OVER newest AS bytes
                     FROM crash_history WHERE payload IS NOT NULL
                     WINDOW newest AS (ORDER BY time_ms DESC, event_id DESC))
                 WHERE n > ? OR bytes > ?)

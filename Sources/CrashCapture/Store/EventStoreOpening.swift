@@ -92,7 +92,8 @@ extension EventStore {
                 title TEXT NOT NULL,
                 fingerprint TEXT NOT NULL,
                 app_version TEXT NOT NULL,
-                payload TEXT) WITHOUT ROWID;
+                payload TEXT,
+                payload_bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS crash_history_by_time ON crash_history(time_ms);
             CREATE TABLE IF NOT EXISTS crash_runs(
                 fingerprint TEXT PRIMARY KEY,
@@ -100,13 +101,14 @@ extension EventStore {
                 count INTEGER NOT NULL) WITHOUT ROWID;
             INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', \(schemaVersion)), ('dropped', 0);
             """)
-        // Stores made before the history kept whole reports get the column; two processes that
-        // open such a store at once both try, and one finds it made.
-        if try connection.scalarInt("SELECT COUNT(*) FROM pragma_table_info('crash_history') WHERE name = 'payload'")
-            == 0
+        // Stores made before the history kept whole reports get the columns; two processes that
+        // open such a store at once both try, and one finds them made.
+        for (column, definition) in [("payload", "TEXT"), ("payload_bytes", "INTEGER NOT NULL DEFAULT 0")]
+        where try connection.scalarInt(
+            "SELECT COUNT(*) FROM pragma_table_info('crash_history') WHERE name = '\(column)'") == 0
         {
             do {
-                try connection.execute("ALTER TABLE crash_history ADD COLUMN payload TEXT")
+                try connection.execute("ALTER TABLE crash_history ADD COLUMN \(column) \(definition)")
             } catch let error as SQLiteError where error.message.contains("duplicate column") {}
         }
     }
