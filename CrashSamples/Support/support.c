@@ -399,12 +399,55 @@ NOINLINE void sample_thread_blocks_signals(void) {
     sample_null_read();
 }
 
+// CRASH_SAMPLE_DEPTH: how many calls deep each thread parks or crashes, through four
+// functions in turn, so that a report at the format's maxima (513 threads of 128 frames) has
+// frames at many addresses, as a real program's have.
+static int sample_depth(void) {
+    const char *wanted = getenv("CRASH_SAMPLE_DEPTH");
+    return wanted != NULL ? atoi(wanted) : 0;
+}
+
+typedef void (*sample_deep_body)(void);
+NOINLINE static void sample_deep_a(int left, sample_deep_body body);
+NOINLINE static void sample_deep_b(int left, sample_deep_body body);
+NOINLINE static void sample_deep_c(int left, sample_deep_body body);
+NOINLINE static void sample_deep_d(int left, sample_deep_body body);
+// The volatile read after each call keeps the call from becoming a jump.
+static volatile int sample_deep_sink;
+#define SAMPLE_DEEP(name, next)                                          \
+    NOINLINE static void name(int left, sample_deep_body body) {         \
+        if (left <= 0)                                                    \
+            body();                                                       \
+        else                                                              \
+            next(left - 1, body);                                         \
+        sample_deep_sink = sample_deep_sink + left;                       \
+    }
+SAMPLE_DEEP(sample_deep_a, sample_deep_b)
+SAMPLE_DEEP(sample_deep_b, sample_deep_c)
+SAMPLE_DEEP(sample_deep_c, sample_deep_d)
+SAMPLE_DEEP(sample_deep_d, sample_deep_a)
+
+static void sample_nanosleep_forever(void) { (void)sample_park_in_nanosleep(NULL); }
+
+NOINLINE static void *sample_park_deep(void *unused) {
+    (void)unused;
+    sample_deep_a(sample_depth(), sample_nanosleep_forever);
+    return NULL;
+}
+
+static void sample_wait_then_null_read(void);
+static int sample_parked_wanted;
+
 // CRASH_SAMPLE_THREADS threads in all (default 16), the others parked: for the benchmark.
 NOINLINE void sample_parked_threads(void) {
     const char *wanted = getenv("CRASH_SAMPLE_THREADS");
-    int threads = wanted != NULL ? atoi(wanted) : 16;
-    for (int i = 1; i < threads; i++) sample_start(sample_park_in_nanosleep);
-    sample_wait_for_parked_running(threads - 1);
+    sample_parked_wanted = wanted != NULL ? atoi(wanted) : 16;
+    for (int i = 1; i < sample_parked_wanted; i++) sample_start(sample_park_deep);
+    sample_deep_a(sample_depth(), sample_wait_then_null_read);
+}
+
+static void sample_wait_then_null_read(void) {
+    sample_wait_for_parked_running(sample_parked_wanted - 1);
     sample_null_read();
 }
 

@@ -272,7 +272,8 @@ public struct CrashReport: @unchecked Sendable {
         let frame = placer(modules)
         return (details["threads"] as? [[String: Any]] ?? []).prefix(maximumThreads).map { thread in
             let crashed = thread["crashed"] as? Bool ?? false
-            let addresses = (thread["frames"] as? [Any] ?? []).prefix(maximumThreadFrames).compactMap(address)
+            let addresses = (JSONTree.materialized(thread["frames"]) as? [Any] ?? []).prefix(maximumThreadFrames)
+                .compactMap(address)
             return Thread(
                 tid: (thread["tid"] as? NSNumber)?.intValue ?? 0, name: thread["name"] as? String ?? "",
                 state: thread["state"] as? String ?? "?", crashed: crashed,

@@ -26,15 +26,35 @@ public enum JSONTree: Sendable {
     }
 
     /// The object a JSON text holds, or nil when it is not valid JSON or not an object.
-    public static func object<Bytes: Collection<UInt8>>(_ text: Bytes, uniqueTopLevelKeys: Bool = false) -> [String:
-        Any]?
-    {
-        (try? parse(text, uniqueTopLevelKeys: uniqueTopLevelKeys)) as? [String: Any]
+    /// `keepingAsText`: the values of that key in objects that deep (the outermost object is 1)
+    /// are checked and kept as their text (`Encoded`), to be read one at a time with
+    /// `materialized`: a stored crash's threads' frames, as dictionaries all at once, take
+    /// several times the memory of the whole text.
+    public static func object<Bytes: Collection<UInt8>>(
+        _ text: Bytes, uniqueTopLevelKeys: Bool = false, keepingAsText: (key: String, depth: Int)? = nil
+    ) -> [String: Any]? {
+        let parsed = text.withContiguousStorageIfAvailable {
+            try? parse(buffer: $0, uniqueTopLevelKeys: uniqueTopLevelKeys, keepingAsText: keepingAsText)
+        }
+        return
+            (parsed
+            ?? Array(text).withUnsafeBufferPointer {
+                try? parse(buffer: $0, uniqueTopLevelKeys: uniqueTopLevelKeys, keepingAsText: keepingAsText)
+            }) as? [String: Any]
     }
 
-    private static func parse(buffer: UnsafeBufferPointer<UInt8>, uniqueTopLevelKeys: Bool) throws -> Any {
+    /// A value as `parse` gives it, whether it was kept as text or not.
+    public static func materialized(_ value: Any?) -> Any? {
+        guard let encoded = value as? Encoded else { return value }
+        return try? parse(encoded.bytes)
+    }
+
+    private static func parse(
+        buffer: UnsafeBufferPointer<UInt8>, uniqueTopLevelKeys: Bool, keepingAsText: (key: String, depth: Int)? = nil
+    ) throws -> Any {
         var reader = Reader(bytes: buffer)
         reader.uniqueTopLevelKeys = uniqueTopLevelKeys
+        reader.keepingAsText = keepingAsText
         reader.skipSpace()
         let value = try reader.value(depth: 0)
         reader.skipSpace()
@@ -46,6 +66,7 @@ public enum JSONTree: Sendable {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
         var uniqueTopLevelKeys = false
+        var keepingAsText: (key: String, depth: Int)?
         /// Reused for every string with escapes.
         var scratch: [UInt8] = []
         /// The members of the objects being read, innermost last.
@@ -107,7 +128,13 @@ public enum JSONTree: Sendable {
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 index += 1
                 skipSpace()
-                members.append((key, try value(depth: depth)))
+                if let kept = keepingAsText, depth == kept.depth, key == kept.key {
+                    let start = index
+                    _ = try value(depth: depth)
+                    members.append((key, Encoded(text: UnsafeBufferPointer(rebasing: bytes[start..<index]))))
+                } else {
+                    members.append((key, try value(depth: depth)))
+                }
                 if try closes(UInt8(ascii: "}")) { break }
             }
             var object = [String: Any](minimumCapacity: members.count - first)
@@ -315,18 +342,53 @@ public enum JSONTree: Sendable {
 }
 
 extension JSONTree {
+    /// JSON text written already, copied as it is where it stands in a tree: a large part of a
+    /// tree (a thread's named frames) kept as its text instead of as dictionaries, which take
+    /// many times the memory.
+    public struct Encoded: Sendable {
+        public let bytes: [UInt8]
+        public init(_ value: Any, sortedKeys: Bool = false) {
+            var out: [UInt8] = []
+            JSONTree.write(value, to: &out, sortedKeys: sortedKeys)
+            bytes = out.withUnsafeBufferPointer { Array($0) }  // a copy with no more room than the text takes
+        }
+
+        init(text: UnsafeBufferPointer<UInt8>) { bytes = Array(text) }
+    }
+
     /// JSON text for a tree as `parse` or JSONSerialization gives it (String, NSNumber, NSNull,
     /// arrays, dictionaries) or as Swift builds it (Bool, Int, Int64, UInt64, Double); anything
     /// else is written as null. Written into bytes: appending to a String piece by piece was most
     /// of a replay's encoding time.
-    public static func encode(_ value: Any) -> String {
+    /// With `sortedKeys`, every object's keys in the order of their UTF-8 bytes, so that the
+    /// same tree is always the same text.
+    public static func encode(_ value: Any, sortedKeys: Bool = false) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(4096)
-        write(value, to: &out)
+        write(value, to: &out, sortedKeys: sortedKeys)
         return String(decoding: out, as: UTF8.self)
     }
 
-    public static func write(_ value: Any, to out: inout [UInt8]) {
+    /// `drain`, when given, takes what is in `out` (and empties it) whenever a MiB has gathered
+    /// between two members: a large tree written out as it goes, never held whole as text.
+    /// The text of a tree as `encode` writes it, in bytes that take no more room than the text:
+    /// measured first, then written once into place. A large crash's event is tens of MB, and
+    /// growing the bytes as they come held up to twice that, and a String of them once more.
+    public static func encodedBytes(_ value: Any) -> [UInt8] {
+        var size = 0
+        var measuring: [UInt8] = []
+        write(value, to: &measuring) {
+            size += $0.count; $0.removeAll(keepingCapacity: true)
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(size + measuring.count)
+        write(value, to: &out)
+        return out
+    }
+
+    public static func write(
+        _ value: Any, to out: inout [UInt8], sortedKeys: Bool = false, drain: ((inout [UInt8]) -> Void)? = nil
+    ) {
         // Dispatch on the exact type first: a failed `as?` from one of these to another goes
         // through the runtime's bridging (a dictionary made into an NSDictionary just to fail
         // to be an NSNumber), which was most of the encoding time.
@@ -334,42 +396,57 @@ extension JSONTree {
         if kind == String.self {
             writeString(value as! String, to: &out)
         } else if kind == [String: Any].self {
-            writeObject(value as! [String: Any], to: &out)
+            writeObject(value as! [String: Any], to: &out, sortedKeys: sortedKeys, drain: drain)
         } else if kind == [Any].self {
-            writeArray(value as! [Any], to: &out)
+            writeArray(value as! [Any], to: &out, sortedKeys: sortedKeys, drain: drain)
         } else if kind is NSNumber.Type {
             writeNumber(value, to: &out)
         } else if kind == NSNull.self {
             out.append(contentsOf: "null".utf8)
+        } else if kind == Encoded.self {
+            out.append(contentsOf: (value as! Encoded).bytes)
         } else if let text = value as? String {
             writeString(text, to: &out)
         } else if let object = value as? [String: Any] {
-            writeObject(object, to: &out)
+            writeObject(object, to: &out, sortedKeys: sortedKeys, drain: drain)
         } else if let list = value as? [Any] {
-            writeArray(list, to: &out)
+            writeArray(list, to: &out, sortedKeys: sortedKeys, drain: drain)
         } else {
             writeNumber(value, to: &out)
         }
     }
 
-    static func writeObject(_ object: [String: Any], to out: inout [UInt8]) {
+    static func writeObject(
+        _ object: [String: Any], to out: inout [UInt8], sortedKeys: Bool, drain: ((inout [UInt8]) -> Void)?
+    ) {
         out.append(UInt8(ascii: "{"))
         var first = true
-        for (key, element) in object {
+        func member(_ key: String, _ element: Any) {
             if !first { out.append(UInt8(ascii: ",")) }
             first = false
             writeString(key, to: &out)
             out.append(UInt8(ascii: ":"))
-            write(element, to: &out)
+            write(element, to: &out, sortedKeys: sortedKeys, drain: drain)
+            if let drain, out.count >= 1 << 20 { drain(&out) }
+        }
+        if sortedKeys {
+            // Foundation's sortedKeys compares with a locale, which was most of the time of
+            // `crashcap show --json` on a large report.
+            for key in object.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                member(key, object[key]!)
+            }
+        } else {
+            for (key, element) in object { member(key, element) }
         }
         out.append(UInt8(ascii: "}"))
     }
 
-    static func writeArray(_ list: [Any], to out: inout [UInt8]) {
+    static func writeArray(_ list: [Any], to out: inout [UInt8], sortedKeys: Bool, drain: ((inout [UInt8]) -> Void)?) {
         out.append(UInt8(ascii: "["))
         for (index, element) in list.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            write(element, to: &out)
+            write(element, to: &out, sortedKeys: sortedKeys, drain: drain)
+            if let drain, out.count >= 1 << 20 { drain(&out) }
         }
         out.append(UInt8(ascii: "]"))
     }

@@ -477,7 +477,14 @@ enum ReportRendering {
         return lines
     }
 
-    static func json(_ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator) -> String {
+    /// The report as one JSON object, keys sorted, appended to `out`; `drain` takes what is in
+    /// `out` (and empties it) whenever a MiB has gathered. Each thread is built and written in
+    /// turn, not all first: a report at the format's maxima (513 threads of 128 frames) would
+    /// otherwise hold every frame's object at once, hundreds of MB.
+    static func writeJSON(
+        _ report: CrashReport, symbols: [Symbolicator.Symbol], symbolicator: Symbolicator, to out: inout [UInt8],
+        drain: @escaping (inout [UInt8]) -> Void
+    ) {
         var object: [String: Any] = ["path": report.path, "problems": report.problems.map(\.description)]
         if let session = report.session { object["session"] = session }
         object["events"] = report.events
@@ -516,7 +523,7 @@ enum ReportRendering {
                 "base64": Data($0.bytes).base64EncodedString(),
             ]
         }
-        object["threads"] = report.threads.map { thread -> [String: Any] in
+        func threadObject(_ thread: CrashReport.Thread) -> [String: Any] {
             var entry: [String: Any] = [
                 "tid": thread.tid, "name": thread.name, "state": thread.state, "crashed": thread.crashed,
                 "crashed_too": thread.crashedToo, "captured": thread.captured,
@@ -545,7 +552,23 @@ enum ReportRendering {
                 "named_before_sync": timing.namedBeforeSync, "directory_flushed": timing.directoryFlushed,
             ]
         }
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return String(decoding: data, as: UTF8.self)
+        object["threads"] = NSNull()  // a place in the key order; written below, a thread at a time
+        out.append(UInt8(ascii: "{"))
+        for (index, key) in object.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONTree.writeString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            guard key == "threads" else {
+                JSONTree.write(object[key]!, to: &out, sortedKeys: true, drain: drain)
+                continue
+            }
+            out.append(UInt8(ascii: "["))
+            for (position, thread) in report.threads.enumerated() {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                JSONTree.write(threadObject(thread), to: &out, sortedKeys: true, drain: drain)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(UInt8(ascii: "}"))
     }
 }

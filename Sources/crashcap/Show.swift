@@ -138,10 +138,30 @@ extension Crashcap {
             return TextStyle(enabled: !noColor && !noColorAsked && !json && isatty(STDOUT_FILENO) == 1)
         }
 
+        static func writeToStandardOutput(_ bytes: inout [UInt8]) {
+            bytes.withUnsafeBytes { buffer in
+                var done = 0
+                while done < buffer.count {
+                    let wrote = write(STDOUT_FILENO, buffer.baseAddress! + done, buffer.count - done)
+                    if wrote < 0 && errno == EINTR { continue }
+                    if wrote <= 0 { break }
+                    done += wrote
+                }
+            }
+            bytes.removeAll(keepingCapacity: true)
+        }
+
         func render(_ report: CrashReport, symbolicator: Symbolicator, style: TextStyle) {
             if json {
-                print(
-                    ReportRendering.json(report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator))
+                // Written as it is made, from the bytes: a String or Data of the whole would be
+                // another copy of what can be tens of MB.
+                fflush(nil)
+                var out: [UInt8] = []
+                ReportRendering.writeJSON(
+                    report, symbols: symbolicator.symbolicate(report), symbolicator: symbolicator, to: &out,
+                    drain: Self.writeToStandardOutput)
+                out.append(UInt8(ascii: "\n"))
+                Self.writeToStandardOutput(&out)
             } else {
                 print(
                     ReportRendering.text(
@@ -184,12 +204,15 @@ extension Crashcap {
             } catch {
                 throw Crashcap.fail("the event store cannot be read: \(error)", code: 74)
             }
-            guard let payload else {
+            guard var payload else {
                 throw Crashcap.fail(
                     "crash \(id)'s report is no longer kept (the store keeps the newest "
                         + "\(EventStore.crashReportsKept) whole); `crashcap list` still lists it", code: 66)
             }
-            guard let event = JSONTree.object(Array(payload.utf8)) else {
+            // Read from the text where it is: a copy of a large report's text is tens of MB more.
+            // Each thread's frames (a thread is an object 4 deep: event, crash, threads, thread)
+            // stay text until read.
+            guard let event = payload.withUTF8({ JSONTree.object($0, keepingAsText: ("frames", 4)) }) else {
                 throw Crashcap.fail("crash \(id)'s report in \(storePath) is not a JSON object", code: 65)
             }
             return CrashReport(path: "\(storePath), imported crash \(id)", storedEvent: event)

@@ -105,6 +105,44 @@ import Testing
             if let ours, let theirs { #expect(same(ours, theirs)) }
         }
     }
+
+    /// What `crashcap show --json` and replay write large reports with: sorted keys by their
+    /// bytes, exactly sized bytes, text written out a MiB at a time, and parts kept as text.
+    @Test func largeTreesAreWrittenAndReadInParts() throws {
+        let frame: [String: Any] = ["pc": "0x1", "function": "f\u{e9}\"", "line": 3, "z": NSNull(), "a": true]
+        let tree: [String: Any] = [
+            "threads": (0..<1500).map { tid -> Any in ["tid": tid, "frames": Array(repeating: frame as Any, count: 40)]
+            },
+            "b": ["y": 1, "x": [2.5, "\u{1}"]], "B": "upper first",
+        ]
+        let sorted = JSONTree.encode(tree, sortedKeys: true)
+        #expect(sorted.hasPrefix("{\"B\":\"upper first\",\"b\":{\"x\":"), "\(sorted.prefix(40))")
+        #expect(same(try #require(foundation(Array(sorted.utf8))), tree))
+        let exact = JSONTree.encodedBytes(tree)
+        #expect(exact.count == exact.capacity, "\(exact.count) of \(exact.capacity)")
+        #expect(same(try #require(foundation(exact)), tree))
+        var drained: [UInt8] = []
+        var chunks = 0
+        var out: [UInt8] = []
+        JSONTree.write(tree, to: &out, sortedKeys: true) {
+            chunks += 1
+            drained += $0
+            $0.removeAll(keepingCapacity: true)
+        }
+        drained += out
+        #expect(chunks >= 2 && String(decoding: drained, as: UTF8.self) == sorted)
+        // Each thread's frames kept as their text, and read again one thread at a time.
+        let event: [String: Any] = ["crash": tree]
+        let text = JSONTree.encode(event)
+        let kept = try #require(JSONTree.object(Array(text.utf8), keepingAsText: ("frames", 4)))
+        let threads = try #require((kept["crash"] as? [String: Any])?["threads"] as? [[String: Any]])
+        #expect(threads.allSatisfy { $0["frames"] is JSONTree.Encoded })
+        #expect(same(try #require(JSONTree.materialized(threads[7]["frames"])), Array(repeating: frame, count: 40)))
+        #expect(same(try #require(foundation(Array(JSONTree.encode(kept).utf8))), event))
+        // A value kept as text is still checked: a bad one refuses the whole text.
+        let broken = text.replacingOccurrences(of: "\"line\":3", with: "\"line\":3x")
+        #expect(JSONTree.object(Array(broken.utf8), keepingAsText: ("frames", 4)) == nil)
+    }
 }
 
 /// A comma followed, past blanks, by a closing bracket or brace.
@@ -140,4 +178,5 @@ func hasTrailingComma(_ text: [UInt8]) -> Bool {
         #expect(Set(damaged.problems.map(\.offset)) == [Int(info.st_size) - 100], "\(damaged.problems)")
         #expect(damaged.problems.first?.reason.contains("after the zero-filled reserved space") == true)
     }
+
 }

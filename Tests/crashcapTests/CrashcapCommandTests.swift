@@ -28,6 +28,46 @@ import Testing
         #expect(damaged.stdout.contains("damaged: "))
     }
 
+    /// A report at the format's maxima (513 threads, each 140 calls deep, cut to 128 frames):
+    /// shown as JSON from the crash file, replayed, and shown again from the store, whole. Its
+    /// time and memory are Benchmarks/max_report.sh's.
+    @Test func aReportAtTheMaximaIsShownAndReplayedWhole() throws {
+        let directory = makeTemporaryDirectory("max-report")
+        let crashed = try run(
+            Paths.cSample, ["parked-threads"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_THREADS": "513", "CRASH_SAMPLE_DEPTH": "140",
+                "SWIFT_BACKTRACE": "enable=no",
+            ], timeout: 120)
+        #expect(crashed.signal == SIGSEGV)
+        func shown() throws -> [String: Any] {
+            let show = try run(Paths.crashcap, ["show", directory, "--json"], timeout: 120)
+            #expect(show.exitCode == 0, "\(show.stderr)")
+            return try #require(
+                try JSONSerialization.jsonObject(with: Data(show.stdout.utf8)) as? [String: Any])
+        }
+        for report in [
+            try shown(),
+            try { () throws -> [String: Any] in
+                let replay = try run(Paths.crashcap, ["replay", directory], timeout: 120)
+                #expect(replay.exitCode == 0, "\(replay.stdout) \(replay.stderr)")
+                return try shown()
+            }(),
+        ] {
+            let threads = report["threads"] as? [[String: Any]] ?? []
+            #expect(threads.count == 513)
+            let others = threads.filter { $0["crashed"] as? Bool != true }
+            #expect(others.count == 512)
+            for thread in others {
+                let functions = (thread["frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+                #expect(functions.count == 128, "\(thread["tid"] ?? "?"): \(functions.count) frames")
+                #expect(functions.filter { $0.hasPrefix("sample_deep_") }.count >= 120)
+            }
+            let own = (report["frames"] as? [[String: Any]] ?? []).compactMap { $0["function"] as? String }
+            #expect(own.first == "sample_null_read", "\(own.prefix(3))")
+        }
+    }
+
     /// `crashcap list`: every crash of a directory, newest first, imported ones (from the
     /// store, after replay removed their files) and pending ones alike.
     @Test func listShowsImportedAndPendingCrashesNewestFirst() throws {

@@ -241,16 +241,21 @@ enum BacktracerOutput {
     /// One bug is one group in every build; two bugs are two groups.
     @Test func oneBugIsOneGroupAndTwoBugsAreTwo() throws {
         var checkout: Set<String> = []
+        // Each crash's fingerprint with what it was made of, for the message if they differ.
+        var made: [String] = []
         for variant in ["debug", "release", "static"] {
             for _ in 0..<2 {
                 let crash = try ourReport(
                     SwiftCrash(
                         binary: SwiftBuilds.serverSample(variant), argument: "checkout", label: "", isStatic: false))
-                checkout.insert(crash.report["fingerprint"] as? String ?? "?")
+                let fingerprint = crash.report["fingerprint"] as? String ?? "?"
+                checkout.insert(fingerprint)
+                made.append("\(variant) \(fingerprint): \(crash.names.joined(separator: " < "))")
                 #expect(crash.report["fingerprint_version"] as? Int == 2)
             }
         }
-        #expect(checkout.count == 1, "checkout crashed six times in three builds: \(checkout)")
+        #expect(
+            checkout.count == 1, "checkout crashed six times in three builds:\n\(made.joined(separator: "\n"))")
         let refund = try ourReport(
             SwiftCrash(binary: SwiftBuilds.serverSample("release"), argument: "refund", label: "", isStatic: false))
         #expect(

@@ -106,7 +106,7 @@ package struct CrashReplayer: Sendable {
                 }
             }
             if !ready.isEmpty {
-                results += store(ready)
+                results += store(&ready)
                 progress?(results.count, paths.count)
             }
             preparing.wait()
@@ -118,7 +118,8 @@ package struct CrashReplayer: Sendable {
     /// `breadcrumbs`: the session's last events and breadcrumbs, from its session file, for the
     /// $AppCrashed; `contextJSON`: the context the app set (one JSON object), from the same.
     package func replay(_ path: String, breadcrumbs: [String] = [], contextJSON: String? = nil) -> FileResult {
-        store([prepare(path, breadcrumbs: breadcrumbs, contextJSON: contextJSON)])[0]
+        var prepared = [prepare(path, breadcrumbs: breadcrumbs, contextJSON: contextJSON)]
+        return store(&prepared)[0]
     }
 
     /// A crash file read, checked and symbolicated, its events not yet stored. Its descriptor,
@@ -248,13 +249,15 @@ package struct CrashReplayer: Sendable {
     /// Stores the files' events in one transaction, then removes (or archives, or moves aside)
     /// each file whose events are committed. When the store cannot take them, every file stays
     /// for the next replay.
-    func store(_ files: [PreparedFile]) -> [FileResult] {
+    /// The files' events are let go of as they are encoded (`files` keeps the rest): a crash's
+    /// event, as dictionaries, can take many times the memory of its text.
+    func store(_ files: inout [PreparedFile]) -> [FileResult] {
         var results = files.map(\.result)
         do {
             try store.transaction { transaction in
                 // Crash loops are counted in order; the events, once decided, are encoded side
                 // by side (most of a stored file's time), then inserted in order.
-                let decided = try files.map { file in
+                var decided = try files.map { file in
                     try file.events.map { id, event in
                         (
                             id,
@@ -263,18 +266,22 @@ package struct CrashReplayer: Sendable {
                         )
                     }
                 }
-                let encoded = Self.parallelMap(decided.count) { index in
-                    decided[index].map { id, event in (id: id, payload: JSONTree.encode(event)) }
+                for index in files.indices { files[index].events = [] }
+                let crashes = decided.map { events in
+                    Set(events.filter { $0.1["event"] as? String == "$AppCrashed" }.map(\.0))
                 }
+                let encoded = Self.parallelMap(decided.count) { index in
+                    decided[index].map { id, event in (id: id, payload: JSONTree.encodedBytes(event)) }
+                }
+                decided = []
                 for (index, file) in files.enumerated() where !file.finished {
                     let rows = encoded[index]
-                    let inserted = try transaction.insert(rows, rememberIDs: true)
+                    let inserted = try transaction.insert(bytes: rows, rememberIDs: true)
                     results[index].importedEvents = inserted.inserted
                     // Each crash's report stays readable (`crashcap show`) after its event is
                     // uploaded and deleted: the history keeps it as it was imported.
-                    for (row, (_, event)) in zip(rows, decided[index]) where event["event"] as? String == "$AppCrashed"
-                    {
-                        try transaction.keepCrashReport(eventID: row.id, payload: row.payload)
+                    for row in rows where crashes[index].contains(row.id) {
+                        try transaction.keepCrashReport(eventID: row.id, bytes: row.payload)
                     }
                     if rows.isEmpty {
                         results[index].outcome = results[index].problems.isEmpty ? .noCrash : .damaged
@@ -416,14 +423,16 @@ package struct CrashReplayer: Sendable {
     }
 
     /// Each thread's frames (but the crashing one's, which are the report's own) and [async]
-    /// callers as frame objects with names.
+    /// callers as frame objects with names. A thread's frames are kept as their JSON text: as
+    /// dictionaries, a report of 513 threads of 128 frames took hundreds of MB to replay.
     func namedThreads(_ threads: [[String: Any]], report: CrashReport) -> [[String: Any]] {
         var threads = threads
         for (index, thread) in report.threads.enumerated() where index < threads.count && !thread.crashed {
             let named = symbolicator.symbolicate(thread, in: report)
-            threads[index]["frames"] = zip(thread.frames, named).map { frame, symbol in
-                Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
-            }
+            threads[index]["frames"] = JSONTree.Encoded(
+                zip(thread.frames, named).map { frame, symbol in
+                    Self.frameObject(pc: frame.pc, offset: frame.offset, symbol: symbol)
+                } as [Any])
             let asyncNamed = symbolicator.symbolicateAsyncFrames(of: thread, in: report)
             threads[index]["async_owner"] = nil
             threads[index]["async_frames"] =

@@ -67,7 +67,7 @@ extension CrashReplayer {
         remember(report.asyncFrames, details["async_frames"], returnAddresses: false)
         for (thread, object) in zip(report.threads, details["threads"] as? [[String: Any]] ?? []) where !thread.crashed
         {
-            remember(thread.frames, object["frames"], returnAddresses: true)
+            remember(thread.frames, JSONTree.materialized(object["frames"]), returnAddresses: true)
             remember(thread.asyncFrames, object["async_frames"], returnAddresses: false)
         }
     }

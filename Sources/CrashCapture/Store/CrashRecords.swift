@@ -123,11 +123,20 @@ extension EventStore {
     /// Keeps a crash's whole report with its line of the history; inside the transaction that
     /// imports it. The oldest reports beyond the count or the bytes kept are let go.
     func keepCrashReportLocked(eventID: String, payload: String) throws {
+        var payload = payload
+        try payload.withUTF8 { try keepCrashReportLocked(eventID: eventID, text: UnsafeRawBufferPointer($0)) }
+    }
+
+    func keepCrashReportLocked(eventID: String, text: UnsafeRawBufferPointer) throws {
         let keep = try statement("UPDATE crash_history SET payload = ?, payload_bytes = ? WHERE event_id = ?")
-        try keep.bind(1, payload)
-        try keep.bind(2, Int64(payload.utf8.count))
-        try keep.bind(3, eventID)
-        _ = try keep.step()
+        // The report's text bound where it is, not copied: it can be tens of MB.
+        do {
+            defer { keep.reset() }
+            try keep.bind(1, borrowing: text)
+            try keep.bind(2, Int64(text.count))
+            try keep.bind(3, eventID)
+            _ = try keep.step()
+        }
         // The sizes are summed from their own column: reading the reports' text to measure it
         // would read up to crashReportBytesKept at every import.
         let trim = try statement(
@@ -171,5 +180,9 @@ extension EventStore.Transaction {
 
     package func keepCrashReport(eventID: String, payload: String) throws {
         try store.keepCrashReportLocked(eventID: eventID, payload: payload)
+    }
+
+    package func keepCrashReport(eventID: String, bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try store.keepCrashReportLocked(eventID: eventID, text: $0) }
     }
 }

@@ -357,6 +357,21 @@ package final class EventStore: @unchecked Sendable {
                 events.count, context: nil, mark: nil, row: EventStore.rows(events, remember: rememberIDs))
         }
 
+        /// Like `insert`, with each payload as its UTF-8 bytes: no String made of a large one.
+        @discardableResult
+        package func insert(bytes events: [(id: String, payload: [UInt8])], rememberIDs: Bool = false) throws
+            -> InsertResult
+        {
+            try store.insertRowsInTransaction(events.count, context: nil, mark: nil) { index, insertRow in
+                var id = events[index].id
+                try id.withUTF8 { id in
+                    try events[index].payload.withUnsafeBytes { payload in
+                        try insertRow(UnsafeRawBufferPointer(id), payload, rememberIDs)
+                    }
+                }
+            }
+        }
+
         package func noteCrash(fingerprint: String, eventID: String, timeMilliseconds: Int64, window: Int64) throws
             -> (count: Int, firstMilliseconds: Int64)
         {

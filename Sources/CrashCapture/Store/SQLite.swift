@@ -98,12 +98,23 @@ final class SQLiteStatement {
     }
 
     func bind(_ index: Int32, _ value: String) throws {
-        let status = sqlite3_bind_text(handle, index, value, -1, csqlite_transient())
+        // From the string's own bytes: passing the String as a C string made a copy of it first
+        // (tens of MB for a large crash report's payload), which SQLite then copies again.
+        var value = value
+        let status = value.withUTF8 { bytes in
+            guard bytes.count <= Int32.max else { return SQLITE_TOOBIG }
+            return sqlite3_bind_text(
+                handle, index,
+                UnsafeRawPointer(bytes.baseAddress ?? UnsafePointer(bitPattern: 1)!)
+                    .assumingMemoryBound(to: CChar.self),
+                Int32(bytes.count), csqlite_transient())
+        }
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
     /// Binds text that stays where it is until the statement is reset: no copy.
     func bind(_ index: Int32, borrowing text: UnsafeRawBufferPointer) throws {
+        guard text.count <= Int32.max else { throw connection.error(SQLITE_TOOBIG) }
         let status = sqlite3_bind_text(
             handle, index, text.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
         if status != SQLITE_OK { throw connection.error(status) }
