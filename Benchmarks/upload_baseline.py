@@ -26,7 +26,7 @@ def java_hash(text):
 
 def body(batch, prefix):
     events = [
-        {"type": "track", "event_id": f"{prefix}-{batch}-{index}", "event": "bench_event", "properties": {"pad": "p" * 600, "index": index}}
+        {"type": "track", "distinct_id": "bench", "time": 1700000000000, "event_id": f"{prefix}-{batch}-{index}", "event": "bench_event", "properties": {"pad": "p" * 600, "index": index}}
         for index in range(50)
     ]
     data = base64.b64encode(gzip.compress(json.dumps(events).encode())).decode()

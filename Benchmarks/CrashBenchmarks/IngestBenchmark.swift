@@ -68,7 +68,7 @@ func ingestUnderWrk(
         var lines: [UInt8] = []
         for batch in 0..<perConnection {
             let events = (0..<50).map {
-                #"{"type":"track","event_id":"wrk\#(connection)-\#(batch)-\#($0)","event":"bench_event","properties":{"pad":"\#(pad)","index":\#($0)}}"#
+                #"{"type":"track","distinct_id":"bench","time":1700000000000,"event_id":"wrk\#(connection)-\#(batch)-\#($0)","event":"bench_event","properties":{"pad":"\#(pad)","index":\#($0)}}"#
             }
             lines += try! WireFormat.encode(events: events)
             lines.append(UInt8(ascii: "\n"))

@@ -112,7 +112,7 @@ case "decode":
     // The collector's checks alone (form, base64, gzip, the JSON scan), on a batch shaped like
     // the ingest benchmark's (50 events, each a 600-byte string) and on one of 50 tracked events.
     let padded = (0..<50).map {
-        #"{"type":"track","event_id":"d-\#($0)","event":"bench_event","properties":{"pad":""#
+        #"{"type":"track","distinct_id":"bench","time":1700000000000,"event_id":"d-\#($0)","event":"bench_event","properties":{"pad":""#
             + String(repeating: "p", count: 600) + #"","index":\#($0)}}"#
     }
     let directory = temporaryDirectory()

@@ -454,7 +454,9 @@ struct JSONScanner {
     }
 
     /// The value of a string token (quotes included in `range`), escapes decoded.
+    /// The string a token spells; nil when the token is not a string (a number, an object).
     static func decodedString(_ range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        guard range.count >= 2, bytes[range.lowerBound] == UInt8(ascii: "\"") else { return nil }
         let inner = UnsafeBufferPointer(rebasing: bytes[(range.lowerBound + 1)..<(range.upperBound - 1)])
         if !inner.contains(UInt8(ascii: "\\")) { return String(decoding: inner, as: UTF8.self) }
         return

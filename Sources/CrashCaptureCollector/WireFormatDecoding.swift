@@ -68,13 +68,27 @@ extension WireFormat {
         if !type.hasSuffix("_delete"), !event.hasProperties {
             throw CrashCaptureError.corrupt("record \(index) (\(type)) lacks properties")
         }
-        // `time`, when given, is milliseconds since the epoch: a whole number, not below 0.
-        if let time = event.time {
-            let digits = UnsafeBufferPointer(rebasing: bytes[time])
-            guard !digits.isEmpty, digits.count <= 16, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+        // `time` is milliseconds since the epoch: a whole number, not below 0. Every SDK sends it;
+        // a record without one could not be placed in any time range.
+        guard let time = event.time else {
+            throw CrashCaptureError.corrupt("record \(index) (\(type)) has no time")
+        }
+        let digits = UnsafeBufferPointer(rebasing: bytes[time])
+        guard !digits.isEmpty, digits.count <= 16, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            throw CrashCaptureError.corrupt(
+                "record \(index) has a bad time \(JSONScanner.text(time, in: bytes).prefix(40)): milliseconds "
+                    + "since the epoch, a whole number of at most 16 digits")
+        }
+        // Whose it is: every event and profile record names its user (an item or detail record
+        // names its item instead). The SDKs refuse an empty one before sending.
+        // A number is taken as its text, as the SDKs' own servers take it.
+        if type.hasPrefix("track") || type.hasPrefix("profile") {
+            let token = event.distinctID.map { UnsafeBufferPointer(rebasing: bytes[$0]) }
+            let isNumber = token.map { !$0.isEmpty && ($0[0] == UInt8(ascii: "-") || ($0[0] >= 0x30 && $0[0] <= 0x39)) }
+            let isText = event.distinctID.flatMap { JSONScanner.decodedString($0, in: bytes) }.map { !$0.isEmpty }
+            guard isNumber == true || isText == true else {
                 throw CrashCaptureError.corrupt(
-                    "record \(index) has a bad time \(JSONScanner.text(time, in: bytes).prefix(40)): milliseconds "
-                        + "since the epoch, a whole number of at most 16 digits")
+                    "record \(index) (\(type)) has no distinct_id (a non-empty string, or a number)")
             }
         }
         // An event name is a name: at most 100 bytes, no control character (an ESC would reach

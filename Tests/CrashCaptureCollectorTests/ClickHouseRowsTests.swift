@@ -22,10 +22,10 @@ import Testing
 
     @Test func propertiesAndTheRestMakeTheRecordAgain() throws {
         let records = [
-            #"{"properties":{"a":1},"type":"track","event":"first","event_id":"1"}"#,
-            #"{"type":"track","event":"last","event_id":"2","properties":{"a":2}}"#,
-            #"{ "type" : "track" , "properties" : { "a" : 3 } , "event" : "middle", "event_id":"3" }"#,
-            #"{"type":"track","event":"quoted \"\\ \u00e9","event_id":"4","properties":{"text":"line\nbreak \"q\" \\ \u0001"}}"#,
+            #"{"properties":{"a":1},"type":"track","distinct_id":"u","time":1700000000000,"event":"first","event_id":"1"}"#,
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"last","event_id":"2","properties":{"a":2}}"#,
+            #"{ "type" : "track" , "properties" : { "a" : 3 } , "event" : "middle", "event_id":"3", "time" : 1700000000000, "distinct_id" : "u" }"#,
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"quoted \"\\ \u00e9","event_id":"4","properties":{"text":"line\nbreak \"q\" \\ \u0001"}}"#,
         ]
         let rows = try Self.rows(records)
         #expect(rows.count == records.count)
@@ -44,7 +44,7 @@ import Testing
     @Test func columnsComeFromTheRecordAndItsProperties() throws {
         let rows = try Self.rows([
             #"{"type":"track","event":"$AppCrashed","event_id":"c1","distinct_id":42,"time":1764000000123,"session_id":"s1","properties":{"$app_name":"shop","$app_version":"2.0","crash_fingerprint":"abc","crash_title":"SIGSEGV in f()","nested":{"$app_name":"not this"}}}"#,
-            #"{"type":"profile_set","distinct_id":null,"properties":{"plan":"pro"}}"#,
+            #"{"type":"item_set","item_type":"book","item_id":"b1","time":1764000000124,"properties":{"plan":"pro"}}"#,
         ])
         #expect(rows[0]["event_id"] as? String == "c1")
         #expect(rows[0]["distinct_id"] as? String == "42", "a number as its text")
@@ -55,8 +55,8 @@ import Testing
         #expect(rows[0]["crash_fingerprint"] as? String == "abc")
         #expect(rows[0]["crash_title"] as? String == "SIGSEGV in f()")
         #expect(rows[0]["session_id"] as? String == "s1")
-        #expect(rows[1]["distinct_id"] as? String == "", "null is empty")
-        #expect((rows[1]["time"] as? NSNumber)?.int64Value == 0, "no time: 0, the same at every collector")
+        #expect(rows[1]["distinct_id"] as? String == "", "an item names no user")
+        #expect((rows[1]["time"] as? NSNumber)?.int64Value == 1_764_000_000_124)
         #expect((rows[1]["received_at"] as? NSNumber)?.int64Value == 1_764_000_000)
     }
 }

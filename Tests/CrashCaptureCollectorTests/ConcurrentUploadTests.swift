@@ -20,7 +20,7 @@ import Testing
                     (
                         id: "a\(app)-\(index)",
                         payload:
-                            #"{"type":"track","event_id":"a\#(app)-\#(index)","event":"e","properties":{"i":\#(index)}}"#
+                            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"a\#(app)-\#(index)","event":"e","properties":{"i":\#(index)}}"#
                     )
                 })
             var options = UploadOptions()
@@ -47,7 +47,13 @@ import Testing
     @Test func retryAfterIsHonoured() throws {
         let collector = try CollectorProcess(["--fail-first", "1", "--fail-status", "503", "--retry-after", "2"])
         let store = try EventStore(path: makeTemporaryDirectory("retry-after") + "/events.sqlite")
-        _ = try store.insert([(id: "r1", payload: #"{"type":"track","event_id":"r1","event":"e","properties":{}}"#)])
+        _ = try store.insert([
+            (
+                id: "r1",
+                payload:
+                    #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"r1","event":"e","properties":{}}"#
+            )
+        ])
         var options = UploadOptions()
         options.retryBaseDelay = .milliseconds(50)
         options.retryMaximumDelay = .seconds(10)

@@ -175,7 +175,7 @@ import Testing
                 try: idle.append(connect())
                 except OSError: pass
             time.sleep(0.5)
-            body = base64.b64encode(gzip.compress(json.dumps([{"type":"track","event":"x","event_id":"idle-%d" % 0,"properties":{}}]).encode())).decode()
+            body = base64.b64encode(gzip.compress(json.dumps([{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","event_id":"idle-%d" % 0,"properties":{}}]).encode())).decode()
             form = ("gzip=1&data_list=" + body.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")).encode()
             worst = 0.0
             answers = set()
@@ -195,7 +195,9 @@ import Testing
     @Test func continueChunkedAndPipelined() throws {
         let collector = try CollectorProcess()
         let batch = String(
-            decoding: try WireFormat.encode(events: [#"{"type":"track","event_id":"p1","event":"x","properties":{}}"#]),
+            decoding: try WireFormat.encode(events: [
+                #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"p1","event":"x","properties":{}}"#
+            ]),
             as: UTF8.self)
         let out = try raw(
             collector,
@@ -227,7 +229,9 @@ import Testing
         #expect(try collector.get("/events?token=wrong").0 == 401)
         #expect(try collector.get("/events?token=s3cret").0 == 200)
         #expect(try collector.get("/health").0 == 200)
-        let batch = try WireFormat.encode(events: [#"{"type":"track","event_id":"t1","event":"x","properties":{}}"#])
+        let batch = try WireFormat.encode(events: [
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"t1","event":"x","properties":{}}"#
+        ])
         #expect(try collector.request("POST", "/sa", body: batch).0 == 401)
         #expect(try collector.request("POST", "/sa?project=default&token=s3cret", body: batch).0 == 200)
     }
@@ -247,7 +251,8 @@ import Testing
                 connection = http.client.HTTPConnection(host, int(port), timeout=10)
                 for batch in range(100000):
                     ids = [f"c{number}-{batch}-{i}" for i in range(5)]
-                    events = [{"type": "track", "event_id": i, "event": "x", "properties": {}} for i in ids]
+                    events = [{"type": "track", "distinct_id": "u", "time": 1700000000000, "event_id": i, "event": "x",
+                               "properties": {}} for i in ids]
                     data = base64.b64encode(gzip.compress(json.dumps(events).encode())).decode()
                     try:
                         connection.request("POST", "/sa", "gzip=1&data_list=" + urllib.parse.quote(data, safe=""),
@@ -315,13 +320,14 @@ import Testing
             (
                 id: "e\(index)",
                 payload:
-                    #"{"type":"track","event_id":"e\#(index)","event":"small","properties":{"n":"\#(noise(250))"}}"#
+                    #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"e\#(index)","event":"small","properties":{"n":"\#(noise(250))"}}"#
             )
         }
         rows.insert(
             (
                 id: "big",
-                payload: #"{"type":"track","event_id":"big","event":"huge","properties":{"x":"\#(noise(20_000))"}}"#
+                payload:
+                    #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"big","event":"huge","properties":{"x":"\#(noise(20_000))"}}"#
             ),
             at: 7)
         _ = try store.insert(rows)

@@ -28,7 +28,7 @@ import Testing
         let collector = try CollectorProcess(["--drop-first", "1", "--fail-first", "1"])
         let batch = String(
             decoding: try WireFormat.encode(events: [
-                "{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"
+                "{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}"
             ]),
             as: UTF8.self)
         // A plain client, one connection per request: URLSession retries a dropped keep-alive
@@ -58,27 +58,29 @@ import Testing
     @Test func refusesAnEventWithAKeyTwice() throws {
         let collector = try CollectorProcess()
         let twice = try WireFormat.encode(events: [
-            #"{"type":"track","event_id":"k1","event":"x","properties":{},"event_id":"k2"}"#
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"k1","event":"x","properties":{},"event_id":"k2"}"#
         ])
         let (status, body) = try collector.request("POST", "/sa", body: twice)
         #expect(status == 400)
         let reason = (try JSONSerialization.jsonObject(with: body) as? [String: Any])?["error"] as? String ?? ""
         #expect(reason.contains("key \"event_id\" twice"), "\(reason)")
         let other = try WireFormat.encode(events: [
-            #"{"type":"track","event_id":"k3","event":"x","properties":{},"lib":{},"lib":{}}"#
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"k3","event":"x","properties":{},"lib":{},"lib":{}}"#
         ])
         #expect(try collector.request("POST", "/sa", body: other).0 == 400)
         let nested = try WireFormat.encode(events: [
-            #"{"type":"track","event_id":"k4","event":"x","properties":{"a":1,"b":{"c":1},"a":2}}"#
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"k4","event":"x","properties":{"a":1,"b":{"c":1},"a":2}}"#
         ])
         #expect(try collector.request("POST", "/sa", body: nested).0 == 400, "a key twice in properties")
         let sameKeyElsewhere = try WireFormat.encode(events: [
-            #"{"type":"track","event_id":"k5","event":"x","properties":{"a":{"a":1},"b":[{"a":1},{"a":2}]}}"#
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"k5","event":"x","properties":{"a":{"a":1},"b":[{"a":1},{"a":2}]}}"#
         ])
         let (allowed, _) = try collector.request("POST", "/sa", body: sameKeyElsewhere)
         #expect(allowed == 200, "one key in several objects is no repeat")
         // A genuine k2 later is stored: nothing of the refused batch was.
-        let genuine = try WireFormat.encode(events: [#"{"type":"track","event_id":"k2","event":"x","properties":{}}"#])
+        let genuine = try WireFormat.encode(events: [
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"k2","event":"x","properties":{}}"#
+        ])
         let (ok, answer) = try collector.request("POST", "/sa", body: genuine)
         #expect(ok == 200)
         #expect(String(decoding: answer, as: UTF8.self) == "{\"inserted\":1,\"duplicates\":0}")
@@ -96,37 +98,65 @@ import Testing
             #expect(status == 400, "\(record)", sourceLocation: sourceLocation)
             #expect(reason.contains(fragment), "\(reason)", sourceLocation: sourceLocation)
         }
-        try refused(#"{"type":"track","event":"x","\u0065vent":"y","event_id":"e1","properties":{}}"#, "twice")
-        try refused(#"{"type":"track","event":"x","event_id":"e2","properties":{"a":1,"\u0061":2}}"#, "twice")
-        try refused(#"{"type":"track","event":"x","time":-1,"event_id":"e3","properties":{}}"#, "time")
-        try refused(#"{"type":"track","event":"x","time":"1700000000000","event_id":"e4","properties":{}}"#, "time")
-        try refused(#"{"type":"track","event":"x\u001b[31m","event_id":"e5","properties":{}}"#, "control")
         try refused(
-            #"{"type":"track","event":""# + String(repeating: "a", count: 10_000)
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","\u0065vent":"y","event_id":"e1","properties":{}}"#,
+            "twice")
+        try refused(
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","event_id":"e2","properties":{"a":1,"\u0061":2}}"#,
+            "twice")
+        try refused(
+            #"{"type":"track","distinct_id":"u","event":"x","time":-1,"event_id":"e3","properties":{}}"#, "time")
+        try refused(
+            #"{"type":"track","distinct_id":"u","event":"x","time":"1700000000000","event_id":"e4","properties":{}}"#,
+            "time")
+        try refused(
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"x\u001b[31m","event_id":"e5","properties":{}}"#,
+            "control")
+        try refused(#"{"type":"track","distinct_id":"u","event":"x","event_id":"e7","properties":{}}"#, "no time")
+        try refused(
+            #"{"type":"track","time":1700000000000,"event":"x","event_id":"e8","properties":{}}"#, "distinct_id")
+        try refused(
+            #"{"type":"profile_set","distinct_id":"","time":1700000000000,"event_id":"e9","properties":{}}"#,
+            "distinct_id")
+        try refused(
+            #"{"type":"track","distinct_id":null,"time":1700000000000,"event":"x","event_id":"e10","properties":{}}"#,
+            "distinct_id")
+        // An item names its item, not a user: no distinct_id asked of it.
+        let item = try WireFormat.encode(events: [
+            #"{"type":"item_set","item_type":"book","item_id":"b1","time":1700000000000,"event_id":"i1","properties":{}}"#
+        ])
+        #expect(try collector.request("POST", "/sa", body: item).0 == 200)
+        try refused(
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":""# + String(repeating: "a", count: 10_000)
                 + #"","event_id":"e6","properties":{}}"#,
             "event name")
         // Two data_list fields: one of them would be silently ignored.
-        let first = try WireFormat.encode(events: [#"{"type":"track","event":"x","event_id":"f1","properties":{}}"#])
+        let first = try WireFormat.encode(events: [
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","event_id":"f1","properties":{}}"#
+        ])
         let second = String(decoding: first, as: UTF8.self).components(separatedBy: "&").first {
             $0.hasPrefix("data_list=")
         }!
         let (repeated, reason) = try collector.request("POST", "/sa", body: first + Data(("&" + second).utf8))
         #expect(repeated == 400, "\(String(decoding: reason, as: UTF8.self))")
         // A gzip body of two members: both are read (only the first was, the rest dropped with 200).
-        let one = try WireFormat.gzip(Data(#"[{"type":"track","event":"x","event_id":"g1","#.utf8))
+        let one = try WireFormat.gzip(
+            Data(#"[{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","event_id":"g1","#.utf8))
         let two = try WireFormat.gzip(
-            Data(#""properties":{}},{"type":"track","event":"x","event_id":"g2","properties":{}}]"#.utf8))
+            Data(
+                #""properties":{}},{"type":"track","distinct_id":"u","time":1700000000000,"event":"x","event_id":"g2","properties":{}}]"#
+                    .utf8))
         let body = Data("gzip=1&data_list=\(WireFormat.formEscape((one + two).base64EncodedString()))".utf8)
         let (status, answer) = try collector.request("POST", "/sa", body: body)
         #expect(status == 200, "\(String(decoding: answer, as: UTF8.self))")
-        #expect(try collector.events().compactMap { $0["event_id"] as? String } == ["g1", "g2"])
+        #expect(try collector.events().compactMap { $0["event_id"] as? String } == ["i1", "g1", "g2"])
     }
 
     @Test func deduplicatesByEventID() throws {
         let collector = try CollectorProcess()
         let batch = try WireFormat.encode(events: [
-            "{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
-            "{\"type\":\"track\",\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
+            "{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}}",
+            "{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"b\",\"event\":\"x\",\"properties\":{}}",
         ])
         let (_, first) = try collector.request("POST", "/sa", body: batch)
         #expect(String(decoding: first, as: UTF8.self) == "{\"inserted\":2,\"duplicates\":0}")
@@ -145,7 +175,7 @@ import Testing
         DispatchQueue.concurrentPerform(iterations: 16) { client in
             for batch in 0..<8 {
                 let events = (0..<25).map {
-                    #"{"type":"track","event_id":"p\#(client / 2)-\#(batch)-\#($0)","event":"x","properties":{}}"#
+                    #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"p\#(client / 2)-\#(batch)-\#($0)","event":"x","properties":{}}"#
                 }
                 guard let body = try? WireFormat.encode(events: events) else { return answers.add("no body") }
                 var request = URLRequest(url: url, timeoutInterval: 10)
@@ -259,7 +289,7 @@ import Testing
     @Test func aSmallBodyThatInflatesFarIsStillStored() throws {
         let padding = String(repeating: "z", count: 2000)
         let events = (0..<500).map {
-            #"{"type":"track","event_id":"far-\#($0)","event":"e","properties":{"p":"\#(padding)"}}"#
+            #"{"type":"track","distinct_id":"u","time":1700000000000,"event_id":"far-\#($0)","event":"e","properties":{"p":"\#(padding)"}}"#
         }
         let body = try WireFormat.encode(events: events)
         #expect(body.count < IngestCollector.bodyDecodedOnLoop)

@@ -59,25 +59,30 @@ import Testing
 
     @Test func acceptsWhatJSONAllowsAndKeepsTheText() throws {
         let json = """
-             [ {"type":"track","event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
-            {"properties":{},"event":"y","event_id":"b","type":"track"}]
+             [ {"type":"track","distinct_id":"u","time":1700000000000,"event_id":"a\\u0041","event":"x","properties":{"n":-1.5e3,"t":true,"z":null,"l":[[],{}]}} ,
+            {"properties":{},"event":"y","event_id":"b","time":1,"distinct_id":"u","type":"track"}]
             """
         let decoded = try events(json)
         #expect(decoded.map(\.id) == ["aA", "b"])
-        #expect(decoded[1].text == "{\"properties\":{},\"event\":\"y\",\"event_id\":\"b\",\"type\":\"track\"}")
+        #expect(
+            decoded[1].text
+                == "{\"properties\":{},\"event\":\"y\",\"event_id\":\"b\",\"time\":1,\"distinct_id\":\"u\",\"type\":\"track\"}"
+        )
     }
 
     @Test(arguments: [
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}},]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":01}}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\" \"event\":\"x\"}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\q\"}}]", "[1]", "{}", "[] x",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":tru}}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":0.5e7777777777}}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\udeee\"}}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\ud83d x\"}}]",
-        "[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":" + String(repeating: "[", count: 100)
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{}},]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":01}}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\" \"event\":\"x\"}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\q\"}}]",
+        "[1]", "{}", "[] x",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":tru}}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"n\":0.5e7777777777}}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\udeee\"}}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"\\ud83d x\"}}]",
+        "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":"
+            + String(repeating: "[", count: 100)
             + "]}]",
     ])
     func rejectsWhatJSONDoesNot(json: String) {
@@ -89,23 +94,30 @@ import Testing
             [0xde, 0xde], [0xff], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82],
         ] {
             let json =
-                Array("[{\"type\":\"track\",\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\"".utf8) + bad
+                Array(
+                    "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"event\":\"x\",\"properties\":{\"s\":\""
+                        .utf8) + bad
                 + Array("\"}}]".utf8)
             let data = Data(json).base64EncodedString()
             let form = "crc=\(WireFormat.javaHashCode(data))&gzip=0&data_list=\(WireFormat.formEscape(data))"
             #expect(throws: CrashCaptureError.self) { try WireFormat.decodeEvents(body: Data(form.utf8)) }
         }
         let fine = try events(
-            "[{\"type\":\"track\",\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]")
+            "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"é€😀\",\"event\":\"x\",\"properties\":{\"p\":\"\\ud83d\\ude00\"}}]"
+        )
         #expect(fine.first?.id == "é€😀")
     }
 
     @Test func aKeyWrittenWithEscapesIsAnotherKey() throws {
         // "event\u005fid" reads as event_id to a JSON parser, but an uploader that escapes the
         // key it names events by is not one of ours: the record has no id, and its text is its key.
-        let escaped = try events("[{\"type\":\"track\",\"event\\u005fid\":\"a\",\"event\":\"x\",\"properties\":{}}]")
+        let escaped = try events(
+            "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event\\u005fid\":\"a\",\"event\":\"x\",\"properties\":{}}]"
+        )
         #expect(escaped.first?.id.hasPrefix("sa-content:") == true)
-        let decoded = try events("[{\"type\":\"track\",\"event_id\":\"a\\u00e9\",\"event\":\"x\",\"properties\":{}}]")
+        let decoded = try events(
+            "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\\u00e9\",\"event\":\"x\",\"properties\":{}}]"
+        )
         #expect(decoded.map(\.id) == ["a\u{e9}"], "escapes in the value are decoded")
     }
 
@@ -113,7 +125,10 @@ import Testing
         for (json, fragment) in [
             ("[{\"event\":\"x\",\"properties\":{}}]", "has no type"),
             ("[{\"type\":\"tracks\",\"event\":\"x\",\"properties\":{}}]", "unknown type"),
-            ("[{\"type\":\"track\",\"event_id\":\"a\",\"properties\":{}}]", "has no event name"),
+            (
+                "[{\"type\":\"track\",\"distinct_id\":\"u\",\"time\":1700000000000,\"event_id\":\"a\",\"properties\":{}}]",
+                "has no event name"
+            ),
             ("[{\"type\":\"profile_set\",\"distinct_id\":\"u\"}]", "lacks properties"),
         ] {
             do {
@@ -131,8 +146,8 @@ import Testing
         let records = try events(
             """
             [{"type":"profile_set","distinct_id":"u1","time":5,"_track_id":77,"properties":{"a":1}},
-             {"type":"profile_delete","distinct_id":"u1"},
-             {"type":"item_set","item_type":"book","item_id":"b1","properties":{"p":1}}]
+             {"type":"profile_delete","distinct_id":"u1","time":6},
+             {"type":"item_set","item_type":"book","item_id":"b1","time":7,"properties":{"p":1}}]
             """)
         #expect(records[0].id == "sa-track:77:\"u1\":5")
         #expect(records[1].id.hasPrefix("sa-content:") && records[2].id.hasPrefix("sa-content:"))
