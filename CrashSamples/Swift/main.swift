@@ -354,7 +354,8 @@ func allKinds() -> [String] {
             "pipeline-static-key", "pipeline-notes-crash",
             "pipeline-last-run", "pipeline-login-crash", "swift-async-deep", "swift-async-other-task",
             "pipeline-oom",
-            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse", "hang-in-task",
+            "pipeline-fork", "hang-nio", "hang-continuation", "hang-main-queue", "hang-watch-reuse",
+            "hang-watch-thread-ended", "hang-in-task",
         ]
     var index: Int32 = 0
     while let name = sample_c_kind_at(index) {
@@ -450,6 +451,20 @@ func runHangKind(_ kind: String, thresholdMilliseconds: Int, hangMilliseconds: I
             done.signal()
         }
         done.wait()
+        CrashCapture.flush()
+    case "hang-watch-thread-ended":
+        // Beaten only from a thread that then ends, never stopped: no hang of "thread 0" is
+        // reported; the watch is no longer checked, which is logged once.
+        let watch = CrashCapture.watch(name: "orphan", threshold: threshold)
+        let beater = Thread {
+            for _ in 0..<3 {
+                watch.beat()
+                usleep(10_000)
+            }
+        }
+        beater.start()
+        usleep(useconds_t(6 * thresholdMilliseconds * 1000))
+        withExtendedLifetime(watch) {}
         CrashCapture.flush()
     case "hang-watch-reuse":
         // A watch stopped, then released after another took its slot: the other stays watched.

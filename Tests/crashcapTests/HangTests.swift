@@ -183,6 +183,17 @@ import Testing
         #expect(HangTests().functions(hung).contains { $0.contains("ingestLevel2") }, "\(HangTests().functions(hung))")
     }
 
+    /// A watch beaten only from a thread that has ended (without stop()) reported a hang of
+    /// thread 0: now nothing is reported, and that the watch is no longer checked is logged once.
+    @Test func aWatchWhoseBeaterEndedIsNoLongerChecked() throws {
+        let (result, directory) = try runSample("hang-watch-thread-ended", threshold: 200)
+        #expect(result.exitCode == 0, "\(result.stderr)")
+        let hangs = try storedEvents(in: directory).filter { $0["event"] as? String == "$AppHang" }
+        #expect(hangs.isEmpty, "\(hangs)")
+        #expect(HangTests().hangFiles(directory).isEmpty)
+        #expect(result.stderr.components(separatedBy: "watch no longer checked").count == 2, "\(result.stderr)")
+    }
+
     /// A watch stopped and then released after a new watch took its slot: the new one is still
     /// checked (the release does not stop it a second time), and its hang is reported.
     @Test func aWatchStoppedTwiceLeavesItsSuccessorWatched() throws {

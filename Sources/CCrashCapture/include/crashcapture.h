@@ -187,7 +187,10 @@ typedef struct crashcapture_watch {
 
 /// A watch named `name` (at most 63 bytes kept) with a threshold of `threshold_ms` (10 ms to
 /// 60 s; held to those bounds). Never NULL: before install, after uninstall, or with 256
-/// watches already, a watch that nothing checks.
+/// watches already, a watch that nothing checks. A watch whose last beat came from a thread
+/// that has since ended (without crashcapture_watch_stop) is not reported as hung: it is no
+/// longer checked, which the listener hears once (a CRASHCAPTURE_HANG notice, error ESRCH),
+/// until a living thread beats it again.
 CRASHCAPTURE_API crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold_ms);
 
 /// 1 when the watchdog checks the watch, 0 for one that nothing checks.

@@ -13,7 +13,10 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cc_internal.h"
 
@@ -27,7 +30,9 @@
 // A hung watch is looked at this often (or four times per threshold) for its end.
 #define CC_HUNG_LOOK_NS (100 * 1000000LL)
 
-enum { CC_WATCH_FREE = 0, CC_WATCH_ACTIVE, CC_WATCH_HUNG };
+// ENDED: the thread that last beat it has ended without stop(); not checked until a living
+// thread beats it (its slot is not given to another watch before stop(), which may still come).
+enum { CC_WATCH_FREE = 0, CC_WATCH_ACTIVE, CC_WATCH_HUNG, CC_WATCH_ENDED };
 
 typedef struct cc_watch_slot {
     // Alone in its cache line: beating threads write it, nothing else there is touched.
@@ -71,7 +76,59 @@ typedef struct cc_found_hang {
     int slot;
 } cc_found_hang;
 
+// Whether a beater has ended. A beat names its thread by the thread's descriptor (what
+// pthread_self() points at); glibc keeps the thread's kernel id in it, which the kernel zeroes
+// when the thread ends (CLONE_CHILD_CLEARTID). Where in the descriptor: the offset at which
+// both the thread that started the first watch and the watchdog find their own ids (-1 when
+// none does: then no beater is taken for ended, as before). The hang snapshot's list is not
+// enough: a thread it could not freeze with ptrace has no descriptor there.
+static long cc_descriptor_tid_offset = -1;
+static uintptr_t cc_starter_descriptor;
+static pid_t cc_starter_tid;
+
+static bool cc_read_own_word(uintptr_t address, int32_t *out) {
+    struct iovec local = {out, sizeof(*out)}, remote = {(void *)address, sizeof(*out)};
+    return syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof(*out);
+}
+
+static void cc_learn_descriptor_tid_offset(void) {
+    uintptr_t own = (uintptr_t)pthread_self();
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    for (long offset = 0; offset + 4 <= 4096; offset += 4) {
+        int32_t mine = 0, starters = 0;
+        if (!cc_read_own_word(own + (uintptr_t)offset, &mine) || mine != tid) continue;
+        if (!cc_read_own_word(cc_starter_descriptor + (uintptr_t)offset, &starters) || starters != cc_starter_tid)
+            continue;
+        cc_descriptor_tid_offset = offset;
+        return;
+    }
+}
+
+static bool cc_beater_ended(uintptr_t beater) {
+    if (beater == 0 || cc_descriptor_tid_offset < 0) return false;
+    int32_t tid = 0;
+    if (!cc_read_own_word(beater + (uintptr_t)cc_descriptor_tid_offset, &tid)) return true;  // its memory is gone
+    if (tid <= 0) return true;
+    return syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH;
+}
+
 static void cc_report_hang(cc_found_hang *found, int64_t detected_ns) {
+    if (cc_beater_ended(found->beater)) {
+        // No thread of the process is hung: said once (the notice, error ESRCH), not checked again.
+        pthread_mutex_lock(&cc_watch_lock);
+        if (cc_watches[found->slot].state == CC_WATCH_HUNG) cc_watches[found->slot].state = CC_WATCH_ENDED;
+        pthread_mutex_unlock(&cc_watch_lock);
+        crashcapture_hang_notice ended = {
+            .kind = CRASHCAPTURE_HANG,
+            .watch_name = found->name,
+            .file_name = "",
+            .error = ESRCH,
+            .stalled_ms = found->stalled_ns / 1000000,
+            .total_ns = cc_now_ns() - detected_ns,
+        };
+        cc_notify(&ended);
+        return;
+    }
     crashcapture_hang_request request = {
         .watch_name = found->name,
         .threshold_ms = found->threshold_ns / 1000000,
@@ -144,6 +201,7 @@ static void *cc_watchdog_main(void *unused) {
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
     prctl(PR_SET_NAME, "cc-watchdog", 0, 0, 0);
     pthread_mutex_lock(&cc_watch_lock);
+    cc_learn_descriptor_tid_offset();
     int64_t due = cc_now_ns();
     while (!cc_watchdog_stopping) {
         cc_found_hang hangs[8], ends[8];
@@ -157,6 +215,11 @@ static void *cc_watchdog_main(void *unused) {
             cc_watch_slot *slot = &cc_watches[i];
             if (slot->state == CC_WATCH_FREE) continue;
             uint64_t word = __atomic_load_n(&slot->watch.beat, __ATOMIC_RELAXED);
+            if (slot->state == CC_WATCH_ENDED) {
+                if (word == slot->hung_word) continue;
+                slot->state = CC_WATCH_ACTIVE;  // beaten again, by a thread that lives
+                slot->started_ns = now;
+            }
             int64_t beat = word != 0 ? cc_beat_time(word, now) : slot->started_ns;
             if (beat < slot->started_ns) beat = slot->started_ns;
             if (slot->state == CC_WATCH_HUNG) {
@@ -250,6 +313,8 @@ crashcapture_watch *crashcapture_watch_start(const char *name, int64_t threshold
     pthread_cond_signal(&cc_watch_changed);
     if (!cc_watchdog_running) {
         cc_watchdog_stopping = false;
+        cc_starter_descriptor = (uintptr_t)pthread_self();
+        cc_starter_tid = (pid_t)syscall(SYS_gettid);
         pthread_attr_t attributes;
         pthread_attr_init(&attributes);
         pthread_attr_setstacksize(&attributes, 256 * 1024);

@@ -100,7 +100,11 @@ enum HangReports {
         let watch = String(cString: notice.watch_name)
         let file = String(cString: notice.file_name)
         let logger = CrashCapture.logger
-        if notice.error != 0 {
+        if notice.error == ESRCH {
+            logger.warning(
+                "watch no longer checked: the thread that beat it has ended without stop()",
+                metadata: ["watch": "\(watch)"])
+        } else if notice.error != 0 {
             logger.error(
                 "hang report not written",
                 metadata: ["watch": "\(watch)", "problem": "\(String(cString: strerror(notice.error)))"])
