@@ -68,8 +68,8 @@ import Testing
             environment: [
                 "CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no", "CRASH_SAMPLE_OPEN_DESCRIPTORS": "700",
                 // Past install's rest, which opens the crash and session files and the kept
-                // ones 20 ms after install: the sample's listing then holds them too.
-                "CRASH_SAMPLE_SETTLED": "50",
+                // ones: the sample's listing then holds them too.
+                "CRASH_SAMPLE_INSTALLED": "1",
             ])
         #expect(crashed.signal == SIGSEGV)
         let listed = try #require(

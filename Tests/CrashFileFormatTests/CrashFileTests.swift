@@ -5,11 +5,11 @@ import Testing
 
 @Suite struct CrashFileTests {
     /// A real crash file from a real crash, to cut and damage: one that came after the
-    /// install's rest (30 ms of work first), so that the file holds its reserved space.
+    /// install's rest, so that the file holds its reserved space.
     static let sample: (path: String, bytes: [UInt8], records: Int, end: Int) = {
         let directory = makeTemporaryDirectory("torn")
         _ = try! run(
-            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_SETTLED": "30"])
+            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_INSTALLED": "1"])
         let path = crashFiles(in: directory)[0]
         let bytes = [UInt8](FileManager.default.contents(atPath: path)!)
         let contents = CrashFileReader.parse(bytes)

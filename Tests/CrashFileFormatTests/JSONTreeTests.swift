@@ -162,7 +162,7 @@ func hasTrailingComma(_ text: [UInt8]) -> Bool {
     @Test func dataPastTheReservedSpaceIsStillFound() throws {
         let directory = makeTemporaryDirectory("reserved")
         _ = try run(
-            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_SETTLED": "30"])
+            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_INSTALLED": "1"])
         let path = crashFiles(in: directory)[0]
         let clean = try CrashFileReader.read(path: path)
         #expect(clean.problems.isEmpty)

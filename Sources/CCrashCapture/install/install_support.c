@@ -46,6 +46,8 @@ void cc_step_done(int step) {
     cc_step_started_ns = now;
 }
 
+void crashcapture_test_finish_install(void) { cc_install_rest_finish(); }
+
 size_t crashcapture_test_install_steps(char *out, size_t capacity) {
     cc_buf b = {out, 0, capacity > 0 ? capacity - 1 : 0, false};
     cc_buf_append_str(&b, "{");

@@ -18,6 +18,11 @@ CRASHCAPTURE_API void crashcapture_test_fault_in_handler(int where);
 /// written into `out`; the length written, or 0 when it does not fit.
 CRASHCAPTURE_API size_t crashcapture_test_install_steps(char *out, size_t capacity);
 
+/// Returns once the install's rest (its files, libunwind, the module list; deferred to a thread
+/// of ours a few ms after a C install) has been done, doing it now if it has not begun: for a
+/// sample that must crash after it, whatever the machine's load.
+CRASHCAPTURE_API void crashcapture_test_finish_install(void);
+
 #ifdef __cplusplus
 }
 #endif
