@@ -45,6 +45,51 @@ import Testing
         }
     }
 
+    /// Every byte of every record's header (magic, type, length, checksum) set to 0, 0xff and
+    /// its neighbours, and each length also pointed past the file and at 2^32 − 1: the damaged
+    /// record is reported, never half read, and every other record is still found whole.
+    @Test func everyRecordHeaderByteIsCheckedAgainstTheFile() {
+        let bytes = Self.sample.bytes
+        let records = CrashFileReader.parse(bytes).records
+        var tried = 0
+        for (index, record) in records.enumerated() {
+            var variants: [(Int, UInt8)] = []
+            for byte in record.offset..<(record.offset + CrashFileLayout.headerSize) {
+                for value in [0, 0xff, bytes[byte] &+ 1, bytes[byte] &- 1] where value != bytes[byte] {
+                    variants.append((byte, value))
+                }
+            }
+            // The length (bytes 8 to 11) past the file, and as large as it can be.
+            let pastTheFile = UInt32(bytes.count - record.offset)
+            let lengths = [pastTheFile, UInt32.max].map { value in
+                (0..<4).map { (record.offset + 8 + $0, UInt8(truncatingIfNeeded: value >> (8 * UInt32($0)))) }
+            }
+            for change in variants.map({ [$0] }) + lengths {
+                var damaged = bytes
+                for (byte, value) in change { damaged[byte] = value }
+                let contents = CrashFileReader.parse(damaged)
+                tried += 1
+                let others = records.enumerated().filter { $0.offset != index }.map(\.element)
+                let found = contents.records.filter { $0.offset != record.offset }
+                if found.map(\.offset) != others.map(\.offset)
+                    || zip(found, others).contains(where: {
+                        $0.payload != $1.payload
+                    })
+                {
+                    Issue.record("record \(index) changed at \(change): the others are not all found whole")
+                }
+                let kept = contents.records.first { $0.offset == record.offset }
+                if let kept, kept.payload != record.payload || kept.type != record.type {
+                    Issue.record("record \(index) changed at \(change) was read as another")
+                }
+                if kept == nil && contents.problems.isEmpty {
+                    Issue.record("record \(index) changed at \(change) was dropped in silence")
+                }
+            }
+        }
+        #expect(tried > 150)
+    }
+
     @Test func zeroedTailIsATornRecordNotData() {
         // The fdatasync never finished: the tail of the last record is still the reserved zeros.
         var bytes = Self.sample.bytes
