@@ -54,6 +54,11 @@ package struct SessionFile: Sendable {
     package var ringSize: UInt64
     /// When a C session that left events in its journal ended normally; nil: it did not.
     package var cleanEndWallMilliseconds: Int64? = nil
+    /// How many entries past the consumed position the writer committed (its counts, which
+    /// wrap, subtracted); nil when the file does not keep them (older writers, or no ring in
+    /// the file). A reader that finds fewer has met damage: zeroed entries look like space
+    /// reserved and never committed, which only these counts tell apart.
+    package var entriesPastConsumed: UInt32? = nil
     /// Where the notes area (context, breadcrumbs) lies in the header; nil in older files.
     package var notesArea: (offset: Int, size: Int)? = nil
     /// Whether the header says the writer laid out a notes area after the context, whatever
@@ -186,6 +191,10 @@ package struct SessionFile: Sendable {
         file.declaresNotes = notesOffset == (fixedSize + contextSize + 7) / 8 * 8 && notesSize == SessionNotes.areaSize
         let cleanEnd = Int64(bitPattern: u64(CCF_SESSION_AT_CLEAN_END_WALL_MS))
         if cleanEnd > 0 { file.cleanEndWallMilliseconds = cleanEnd }
+        if u32(CCF_SESSION_AT_FLAGS) & CCF_SESSION_FLAG_ENTRY_COUNTS != 0, ringSize > 0 {
+            file.entriesPastConsumed =
+                u32(CCF_SESSION_AT_COMMITTED_ENTRIES) &- u32(CCF_SESSION_AT_CONSUMED_ENTRIES)
+        }
         return file
     }
 

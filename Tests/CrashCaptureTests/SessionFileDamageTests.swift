@@ -47,8 +47,10 @@ import Testing
         guard let name = names.first,
             var bytes = FileManager.default.contents(atPath: source + "/" + name).map(Array.init)
         else { return .failure(TestFailure("no session file")) }
-        // Everything was stored before the kill; pretend none was, so the whole journal is read.
+        // Everything was stored before the kill; pretend none was, so the whole journal is read:
+        // the consumed position, and the count of entries consumed.
         bytes.replaceSubrange(88..<96, with: [UInt8](repeating: 0, count: 8))
+        bytes.replaceSubrange(252..<256, with: [UInt8](repeating: 0, count: 4))
         let path = source + "/" + name
         guard (try? Data(bytes).write(to: URL(fileURLWithPath: path))) != nil else {
             return .failure(TestFailure("cannot write the fixture"))
@@ -222,6 +224,28 @@ import Testing
         check(got, expected: [0, 2, 3, 4], "entry 1 zeroed")
         #expect(got.outcome == .damaged)
         #expect(got.result.damagedEntries == [second.position])
+    }
+
+    /// A whole entry zeroed, its commit word too: it looks like space reserved and never
+    /// committed (a thread killed mid-track), which hides nothing. The header's count of
+    /// committed entries tells the two apart: the file is set aside, the loss named.
+    @Test func aWholeZeroedEntryIsNamed() throws {
+        let fixture = try Self.fixture.get()
+        for victim in [1, 4] {
+            var bytes = fixture.bytes
+            let start = fixture.headerSize + Int(fixture.events[victim].position)
+            let entryEnd = fixture.entryEnds.first { $0 > fixture.events[victim].position } ?? fixture.reserved
+            let end = fixture.headerSize + Int(entryEnd)
+            bytes.replaceSubrange(start..<end, with: [UInt8](repeating: 0, count: end - start))
+            let got = try replay(bytes, name: fixture.name)
+            check(got, expected: (0..<5).filter { $0 != victim }, "entry \(victim) zeroed whole")
+            #expect(got.outcome == .damaged, "entry \(victim): \(got.result.problem ?? "")")
+            #expect(got.result.missingEntries == 1)
+            #expect(got.result.problem?.contains("1 journal entry committed but not found") == true)
+        }
+        // The same file untouched: nothing is missing.
+        let whole = try replay(fixture.bytes, name: fixture.name)
+        #expect(whole.outcome == .closed && whole.result.missingEntries == 0, "\(whole.result.problem ?? "")")
     }
 
     /// `crashcap replay` itself, spawned for a few cases: exit 65 and the file in damaged/.

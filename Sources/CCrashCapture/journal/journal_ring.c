@@ -84,8 +84,15 @@ void cc_journal_init(crashcapture_journal *j, char *ring, uint64_t size, bool pe
     j->reserved = &words[0];
     j->consumed = &words[1];
     j->dropped = &words[2];
+    j->committed_entries = &j->counts[0];
+    j->consumed_entries = &j->counts[1];
     atomic_store(&j->closed, false);
     atomic_store(&j->stalled, false);
+}
+
+void cc_journal_keep_counts(crashcapture_journal *j, _Atomic uint32_t *committed, _Atomic uint32_t *consumed) {
+    j->committed_entries = committed;
+    j->consumed_entries = consumed;
 }
 
 // Waiters sleep on the low half of `consumed`, which changes whenever the writer consumes (an
@@ -214,6 +221,9 @@ int crashcapture_journal_append(crashcapture_journal *j, uint32_t type, const vo
     // Publish: the commit word is 8-aligned and never wraps, so it is one atomic store.
     _Atomic uint64_t *commit = (_Atomic uint64_t *)(j->ring + position % j->size);
     atomic_store_explicit(commit, ~position, memory_order_release);
+    // Counted after the commit: a process killed in between leaves one entry more than counted,
+    // which a reader allows (fewer than counted is what damage looks like).
+    atomic_fetch_add_explicit(j->committed_entries, 1, memory_order_relaxed);
     return 0;
 }
 
@@ -247,6 +257,19 @@ uint64_t crashcapture_journal_consumed(crashcapture_journal *j) { return j != NU
 
 void crashcapture_journal_consume(crashcapture_journal *j, uint64_t position) {
     if (j == NULL) return;
+    // The entries consumed, counted before the position moves: killed in between, a reader
+    // finds more entries than the counts say, never fewer. The writer consumes whole committed
+    // entries, so their lengths lead from the old position to the new one.
+    uint64_t from = atomic_load(j->consumed);
+    uint32_t entries = 0;
+    while (j->ring != NULL && from < position) {
+        uint32_t length;
+        cc_ring_get(j, from + 12, &length, sizeof(length));
+        if (length > CCF_MAXIMUM_PAYLOAD) break;
+        from += cc_entry_size(length);
+        entries++;
+    }
+    atomic_fetch_add_explicit(j->consumed_entries, entries, memory_order_relaxed);
     atomic_store(j->consumed, position);
     atomic_store_explicit(&j->stalled, false, memory_order_relaxed);
     cc_journal_wake_waiters(j);

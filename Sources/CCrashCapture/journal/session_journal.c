@@ -181,6 +181,7 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     cc_put_u32(header + CCF_SESSION_AT_VERSION, CCF_SESSION_VERSION);
     cc_put_u32(header + CCF_SESSION_AT_HEADER_SIZE, (uint32_t)header_size);
     cc_put_u32(header + CCF_SESSION_AT_LIFECYCLE, (uint32_t)lifecycle);
+    cc_put_u32(header + CCF_SESSION_AT_FLAGS, CCF_SESSION_FLAG_ENTRY_COUNTS);
     cc_put_u64(header + CCF_SESSION_AT_START_WALL_MS, (uint64_t)cc_global.start_wall_ms);
     cc_put_u64(header + CCF_SESSION_AT_START_MONO_NS, (uint64_t)cc_global.start_mono_ns);
     cc_put_u64(header + CCF_SESSION_AT_PID, (uint64_t)getpid());
@@ -275,6 +276,10 @@ int cc_session_file_create(size_t journal_bytes, int lifecycle, bool sdk, const 
     }
     cc_journal_init(&cc_session_journal, cc_session.ring, cc_session.ring_size, cc_session.ring_in_file,
                      (_Atomic uint64_t *)(mapped + CCF_SESSION_AT_RESERVED));
+    // Counted in the header only for a ring the file holds: a reader has nothing to count else.
+    if (cc_session.ring_in_file)
+        cc_journal_keep_counts(&cc_session_journal, (_Atomic uint32_t *)(mapped + CCF_SESSION_AT_COMMITTED_ENTRIES),
+                               (_Atomic uint32_t *)(mapped + CCF_SESSION_AT_CONSUMED_ENTRIES));
     atomic_store(&cc_session.ring_published, cc_session.ring);
     atomic_store(&cc_session.detached, false);
     cc_global.session_crash_offset = header_size + ring_in_file;
@@ -299,6 +304,8 @@ void cc_session_file_detach_in_child(void) {
     j->reserved = &j->words[0];
     j->consumed = &j->words[1];
     j->dropped = &j->words[2];
+    j->committed_entries = &j->counts[0];
+    j->consumed_entries = &j->counts[1];
     if (cc_session.fd >= 0) close(cc_session.fd);
     cc_session.fd = -1;
 }
@@ -385,6 +392,9 @@ crashcapture_journal *cc_session_journal_for_events(void) {
             madvise(ring, size, MADV_DONTFORK);
             cc_journal_init(&cc_session_journal, ring, size, true,
                              (_Atomic uint64_t *)(cc_session.header + CCF_SESSION_AT_RESERVED));
+            cc_journal_keep_counts(&cc_session_journal,
+                                   (_Atomic uint32_t *)(cc_session.header + CCF_SESSION_AT_COMMITTED_ENTRIES),
+                                   (_Atomic uint32_t *)(cc_session.header + CCF_SESSION_AT_CONSUMED_ENTRIES));
             cc_session.ring_size = size;
             cc_session.ring_in_file = true;
             cc_global.session_crash_offset = cc_session.header_size + size;

@@ -54,6 +54,8 @@ enum ccf_record_type {
 /// The header's fixed part. The context JSON follows it (session and distinct id, app version,
 /// static properties, the memory cgroup's OOM counter file); the ring starts at `header_size`.
 #define CCF_SESSION_FIXED_SIZE 256
+/// The header's entry counts are kept (older writers left them 0).
+#define CCF_SESSION_FLAG_ENTRY_COUNTS 1u
 #define CCF_SESSION_PAGE 4096
 /// Readers refuse larger rings: a corrupt header never makes them read or allocate more.
 #define CCF_SESSION_MAXIMUM_RING 268435456  // 256 MiB
@@ -76,6 +78,7 @@ enum ccf_session_offset {
     CCF_SESSION_AT_CONSUMED = 88,         // u64: logical position up to which entries are in the store
     CCF_SESSION_AT_DROPPED = 96,          // u64: events refused because the ring was full
     CCF_SESSION_AT_CONTEXT_SIZE = 104,    // u32: bytes of context JSON at CCF_SESSION_FIXED_SIZE
+    CCF_SESSION_AT_FLAGS = 108,           // u32: CCF_SESSION_FLAG_*
     CCF_SESSION_AT_SESSION_ID = 112,      // 32 hex digits, NUL
     CCF_SESSION_AT_BOOT_ID = 152,         // 36 characters, NUL
     CCF_SESSION_AT_PID_NAMESPACE = 192,   // u64: inode of /proc/self/ns/pid
@@ -95,6 +98,11 @@ enum ccf_session_offset {
     CCF_SESSION_AT_NOTES_SIZE = 236,       // u32
     // A session of the C API that ended normally with events in its journal (crashcapture_track):
     // the file stays for a replay to import them, and this says when it ended. 0: it did not.
+    // The journal's entries counted (when CCF_SESSION_FLAG_ENTRY_COUNTS): every one committed,
+    // and every one consumed, each a u32 that wraps. Committed less consumed is how many
+    // entries past the consumed position a reader must find: fewer is damage, never silence.
+    CCF_SESSION_AT_COMMITTED_ENTRIES = 248,  // u32, counted after each entry's commit
+    CCF_SESSION_AT_CONSUMED_ENTRIES = 252,   // u32, counted before the consumed position moves
     CCF_SESSION_AT_CLEAN_END_WALL_MS = 240, // i64
 };
 

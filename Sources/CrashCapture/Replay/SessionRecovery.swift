@@ -25,6 +25,9 @@ package struct SessionRecovery: Sendable {
         /// Journal positions whose entry was committed whole and now fails its own checks: each
         /// an event lost to damage, named in the note and the output.
         package var damagedEntries: [UInt64] = []
+        /// Entries the writer committed past the consumed position that were not found (the
+        /// header's counts, beside the entries read): zeroed or overwritten.
+        package var missingEntries = 0
         /// `$app_end_reason` of the $AppEnd this added; nil when the session already had one.
         package var endReason: String?
         package var crashFile: CrashReplayer.FileResult?
@@ -203,6 +206,12 @@ package struct SessionRecovery: Sendable {
                 + "damaged, not imported (at positions \(positions)\(more))"
             damage = [damage, lost].compactMap { $0 }.joined(separator: "; ")
         }
+        if result.missingEntries > 0 {
+            let lost =
+                "\(result.missingEntries) journal entr\(result.missingEntries == 1 ? "y" : "ies") committed but "
+                + "not found (zeroed or overwritten)"
+            damage = [damage, lost].compactMap { $0 }.joined(separator: "; ")
+        }
         if let damage {
             result.outcome = .damaged
             result.problem = damage
@@ -255,7 +264,14 @@ package struct SessionRecovery: Sendable {
         var lastEvents: [SessionFile.Entry] = []
         var damagedEntries: [UInt64] = []
         defer { result.damagedEntries = damagedEntries }
+        var pastConsumed: UInt32 = 0
+        defer {
+            if let expected = session.entriesPastConsumed, pastConsumed < expected {
+                result.missingEntries = Int(expected - pastConsumed)
+            }
+        }
         result.skippedStretches = try session.forEachEntry(damaged: { damagedEntries.append($0) }) { entry in
+            if entry.position >= session.consumed { pastConsumed &+= 1 }
             if entry.type == SessionFile.eventEntry {
                 lastEvents.append(entry)
                 if lastEvents.count > 2 * Self.breadcrumbCount { lastEvents.removeFirst(Self.breadcrumbCount) }
