@@ -28,6 +28,10 @@
 // process's disk, with the 1 MiB journal, under 2 MiB. A larger report that finds no room past
 // it is built again to fit (CC_SMALLEST_REPORT_ROOM at least: the crashing thread whole).
 #define CC_DEFAULT_RESERVED_BYTES (960 * 1024)
+// The stacks record (every thread's stack memory) at most, and the bound on its stack bytes when
+// the crash file has no reserved space to hold it.
+#define CC_STACKS_CAPACITY (1024 * 1024)
+#define CC_STACKS_UNRESERVED_BOUND (768 * 1024)
 #define CC_MAX_ATTACHMENTS 4
 #define CC_ATTACHMENT_MAX_BYTES 65536
 #define CC_SMALLEST_REPORT_ROOM (32 * 1024)
