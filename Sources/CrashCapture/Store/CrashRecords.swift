@@ -120,19 +120,31 @@ extension EventStore {
         return try waiting.step() ? waiting.text(0) : nil
     }
 
+    /// The stacks record kept with a crash's report (every thread's registers and stack, what a
+    /// minidump is made of); nil when the crash had none, or its report is no longer kept.
+    package func crashStacks(eventID: String) throws -> [UInt8]? {
+        lock.lock()
+        defer { lock.unlock() }
+        let kept = try connection.prepare("SELECT stacks FROM crash_history WHERE event_id = ? AND stacks IS NOT NULL")
+        try kept.bind(1, eventID)
+        return try kept.step() ? kept.blob(0) : nil
+    }
+
     /// Keeps a crash's whole report with its line of the history; inside the transaction that
     /// imports it. The oldest reports beyond the count or the bytes kept are let go.
-    func keepCrashReportLocked(eventID: String, payload: String) throws {
-        let keep = try statement("UPDATE crash_history SET payload = ?, payload_bytes = ? WHERE event_id = ?")
+    func keepCrashReportLocked(eventID: String, payload: String, stacks: [UInt8]? = nil) throws {
+        let keep = try statement(
+            "UPDATE crash_history SET payload = ?, payload_bytes = ?, stacks = ? WHERE event_id = ?")
         try keep.bind(1, payload)
-        try keep.bind(2, Int64(payload.utf8.count))
-        try keep.bind(3, eventID)
+        try keep.bind(2, Int64(payload.utf8.count + (stacks?.count ?? 0)))
+        if let stacks { try keep.bind(3, blob: stacks) } else { try keep.bindNull(3) }
+        try keep.bind(4, eventID)
         _ = try keep.step()
         // The sizes are summed from their own column: reading the reports' text to measure it
         // would read up to crashReportBytesKept at every import.
         let trim = try statement(
             """
-            UPDATE crash_history SET payload = NULL, payload_bytes = 0 WHERE event_id IN (
+            UPDATE crash_history SET payload = NULL, payload_bytes = 0, stacks = NULL WHERE event_id IN (
                 SELECT event_id FROM (
                     SELECT event_id, ROW_NUMBER() OVER newest AS n, SUM(payload_bytes) OVER newest AS bytes
                     FROM crash_history WHERE payload IS NOT NULL
@@ -169,7 +181,7 @@ extension EventStore.Transaction {
         try store.noteCrashInHistoryLocked(entry)
     }
 
-    package func keepCrashReport(eventID: String, payload: String) throws {
-        try store.keepCrashReportLocked(eventID: eventID, payload: payload)
+    package func keepCrashReport(eventID: String, payload: String, stacks: [UInt8]? = nil) throws {
+        try store.keepCrashReportLocked(eventID: eventID, payload: payload, stacks: stacks)
     }
 }
