@@ -78,6 +78,16 @@ extension MinidumpInput {
             processorCount: ProcessInfo.processInfo.activeProcessorCount,
             osVersion: properties["$os_version"] as? String ?? "Linux", maps: maps, procStatus: status,
             annotations: annotations)
+        // The stack's own region is in the stacks already; a region that overlaps one kept
+        // already (the fault address inside a stack, say) is left out: a memory list's ranges
+        // do not overlap.
+        var taken = threads.map { ($0.stackStart, $0.stackStart + UInt64($0.stack.count)) }
+        for region in report.memory where region.what != "stack" && !region.bytes.isEmpty {
+            let end = region.address + UInt64(region.bytes.count)
+            guard !taken.contains(where: { region.address < $0.1 && $0.0 < end }) else { continue }
+            taken.append((region.address, end))
+            memory.append((region.address, region.bytes))
+        }
     }
 
     static func hex(_ value: UInt64) -> String {

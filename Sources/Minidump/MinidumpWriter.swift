@@ -59,6 +59,9 @@ public struct MinidumpInput: Sendable {
     public var procStatus: String
     /// The report's own facts (app, version, fingerprint, Swift message), as crashpad's simple annotations.
     public var annotations: [(String, String)]
+    /// Memory beyond the stacks, for the memory list: the code around the crashing pc, the bytes
+    /// at the fault address (what the report kept of them).
+    public var memory: [(address: UInt64, bytes: [UInt8])] = []
 
     public init(
         architecture: StackMemory.Architecture, crashedTID: Int, signal: UInt32, code: Int32, faultAddress: UInt64,
@@ -136,6 +139,12 @@ public enum MinidumpWriter: Sendable {
             stackRVAs.append(out.count)
             out.bytes(thread.stack)
         }
+        var memoryRVAs: [Int] = []
+        for region in input.memory {
+            out.align(16)
+            memoryRVAs.append(out.count)
+            out.bytes(region.bytes)
+        }
         for thread in input.threads {
             out.align(16)
             contextRVAs.append(out.count)
@@ -179,11 +188,16 @@ public enum MinidumpWriter: Sendable {
                     out.u32(UInt32(contextRVAs[at]))
                 }
             case .memoryList:
-                out.u32(UInt32(input.threads.count))
+                out.u32(UInt32(input.threads.count + input.memory.count))
                 for (at, thread) in input.threads.enumerated() {
                     out.u64(thread.stackStart)
                     out.u32(UInt32(thread.stack.count))
                     out.u32(UInt32(stackRVAs[at]))
+                }
+                for (at, region) in input.memory.enumerated() {
+                    out.u64(region.address)
+                    out.u32(UInt32(region.bytes.count))
+                    out.u32(UInt32(memoryRVAs[at]))
                 }
             case .moduleList:
                 // The names and CodeView records follow the list; their offsets are known from
