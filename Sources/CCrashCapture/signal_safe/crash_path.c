@@ -303,7 +303,7 @@ static void cc_report(int signo, siginfo_t *info, ucontext_t *uc, int64_t entry_
     if (stacks_room > CC_STACKS_UNRESERVED_BOUND && cc_global.reserved_in_file == 0) stacks_room = CC_STACKS_UNRESERVED_BOUND;
     if (room_allowed < UINT64_MAX && stacks_room + total + 4096 > room_allowed)
         stacks_room = room_allowed > total + 4096 ? room_allowed - total - 4096 : 0;
-    if (stacks_room >= 4096) {
+    if (stacks_room >= 4096 && !cc_global.no_stack_memory) {
         size_t bound = stacks_room < CC_STACKS_CAPACITY ? (size_t)stacks_room : CC_STACKS_CAPACITY;
         stacks = cc_build_stacks(cc_stacks_record, sizeof(cc_stacks_record), &c, bound - bound / 16);
     }
