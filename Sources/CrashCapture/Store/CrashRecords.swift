@@ -130,6 +130,30 @@ extension EventStore {
         return try kept.step() ? kept.blob(0) : nil
     }
 
+    /// The crashes whose minidump is still to be sent (a report and its stacks kept, not sent
+    /// nor refused yet), oldest first.
+    package func pendingMinidumps() throws -> [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        let pending = try connection.prepare(
+            "SELECT event_id FROM crash_history WHERE minidump_sent = 0 AND stacks IS NOT NULL "
+                + "AND payload IS NOT NULL ORDER BY time_ms, event_id")
+        var ids: [String] = []
+        while try pending.step() { ids.append(pending.text(0)) }
+        return ids
+    }
+
+    /// Notes a crash's minidump as sent (1) or refused for good by the receiver (2): it is
+    /// never sent again.
+    package func markMinidump(eventID: String, refused: Bool = false) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let mark = try connection.prepare("UPDATE crash_history SET minidump_sent = ? WHERE event_id = ?")
+        try mark.bind(1, Int64(refused ? 2 : 1))
+        try mark.bind(2, eventID)
+        _ = try mark.step()
+    }
+
     /// Keeps a crash's whole report with its line of the history; inside the transaction that
     /// imports it. The oldest reports beyond the count or the bytes kept are let go.
     func keepCrashReportLocked(eventID: String, payload: String, stacks: [UInt8]? = nil) throws {

@@ -94,7 +94,8 @@ extension EventStore {
                 app_version TEXT NOT NULL,
                 payload TEXT,
                 payload_bytes INTEGER NOT NULL DEFAULT 0,
-                stacks BLOB) WITHOUT ROWID;
+                stacks BLOB,
+                minidump_sent INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS crash_history_by_time ON crash_history(time_ms);
             CREATE TABLE IF NOT EXISTS crash_runs(
                 fingerprint TEXT PRIMARY KEY,
@@ -106,6 +107,7 @@ extension EventStore {
         // open such a store at once both try, and one finds them made.
         for (column, definition) in [
             ("payload", "TEXT"), ("payload_bytes", "INTEGER NOT NULL DEFAULT 0"), ("stacks", "BLOB"),
+            ("minidump_sent", "INTEGER NOT NULL DEFAULT 0"),
         ]
         where try connection.scalarInt(
             "SELECT COUNT(*) FROM pragma_table_info('crash_history') WHERE name = '\(column)'") == 0
