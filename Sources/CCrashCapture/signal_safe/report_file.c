@@ -310,10 +310,18 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
                             int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
                             bool named_before_sync, bool directory_flushed) {
     atomic_store(&cc_found.report_written, 1);
-    // The stacks record: after the durable events, so that the report waits for none of it.
-    if (cc_after != NULL && cc_global.record_offset + total + cc_after_len <= allowed &&
-        cc_write_all(fd, cc_after, cc_after_len) == 0)
-        total += cc_after_len;
+    // The stacks record: after the durable events, so that the report waits for none of it. A
+    // write that stops short (a disk full past the reserved space) is cut off again: a torn
+    // record would make a replay set the whole file aside as damaged.
+    if (cc_after != NULL && cc_global.record_offset + total + cc_after_len <= allowed) {
+        off_t before = lseek(fd, 0, SEEK_CUR);
+        if (cc_write_all(fd, cc_after, cc_after_len) == 0) {
+            total += cc_after_len;
+        } else if (before >= 0) {
+            (void)!ftruncate(fd, before);
+            lseek(fd, before, SEEK_SET);
+        }
+    }
     size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, handler_ns,
                                     write_ns, sync_ns, publish_ns, sync_ok, named_before_sync, directory_flushed);
     if (timing > 0 && cc_global.record_offset + total + CCF_RECORD_HEADER_SIZE + timing <= allowed) {
