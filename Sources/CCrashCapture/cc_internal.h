@@ -166,6 +166,7 @@ typedef struct cc_state {
     // frozen with ptrace (to compare the two, or where tracing the process is unwelcome).
     bool freeze_by_signal_only;
     bool no_stack_memory;  // CRASHCAPTURE_STACK_MEMORY=off: no stacks record
+    uintptr_t main_stack_end;  // __libc_stack_end: the stacks record stops below it (argv, environment)
     // The process-wide owner of a crash (crashcapture_crash_owner of the first copy found).
     _Atomic pid_t *crash_owner;
     bool sdk_session;  // the session file holds the SDK's journal of events

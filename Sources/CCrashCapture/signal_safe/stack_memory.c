@@ -104,10 +104,18 @@ static void cc_add_thread(cc_stacks_writer *w, pid_t tid, const ucontext_t *uc, 
     uintptr_t sp = cc_registers_from(uc).sp;
     uintptr_t start = sp > CC_STACK_BELOW_SP ? sp - CC_STACK_BELOW_SP : 0;
     if (share > w->bound_left) share = w->bound_left;
+    bool bounded = share < want;
+    // The main thread's stack ends where argc, argv and the environment begin: never copied
+    // (and not a cut: there is nothing of the stack's own past it).
+    uintptr_t end = cc_global.main_stack_end;
+    if (end != 0 && start < end && start + share > end) {
+        share = end - start;
+        bounded = false;
+    }
     if (share > w->cap - at) share = (w->cap - at) & ~(size_t)7;
     size_t got = start != 0 ? cc_read_own_memory(w->out + at, start, share) : 0;
     // Read whole: the mapping may have held more than the share allowed.
-    if (got == share && share < want) {
+    if (got == share && bounded) {
         flags |= CCF_STACK_CUT;
         w->bytes_cut += want - share;
     }
