@@ -84,6 +84,8 @@ let package = Package(
             name: "CrashCapture",
             dependencies: [
                 "CCrashCapture", "CCrashFileFormat", "CrashFileFormat", "CrashSymbolication", "CSQLite", "CZlib",
+                // The minidumps Configuration.minidumpURL sends.
+                "Minidump",
                 .product(name: "Logging", package: "swift-log"),
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["HTTPUpload"])),
