@@ -19,6 +19,8 @@ let package = Package(
         // Reading crash files, and naming their frames, for tools of your own.
         .library(name: "CrashFileFormat", targets: ["CrashFileFormat"]),
         .library(name: "CrashSymbolication", targets: ["CrashSymbolication"]),
+        // Minidumps of crash reports, for lldb and any crash backend (Sentry, Socorro, BugSplat, Backtrace).
+        .library(name: "Minidump", targets: ["Minidump"]),
         .executable(name: "crashcap", targets: ["crashcap"]),
     ],
     traits: [
@@ -67,6 +69,12 @@ let package = Package(
             dependencies: ["CrashFileFormat", "CElfutils"],
             swiftSettings: strictSwift
         ),
+        // A crash report and its stacks record as a minidump: plain Swift over CrashFileFormat.
+        .target(
+            name: "Minidump",
+            dependencies: ["CrashFileFormat"],
+            swiftSettings: strictSwift
+        ),
         // The OTLP/HTTP logs messages the uploader sends with --otlp; made by Scripts/generate-otlp.sh.
         .target(
             name: "OTLPLogs",
@@ -76,6 +84,8 @@ let package = Package(
             name: "CrashCapture",
             dependencies: [
                 "CCrashCapture", "CCrashFileFormat", "CrashFileFormat", "CrashSymbolication", "CSQLite", "CZlib",
+                // The minidumps Configuration.minidumpURL sends.
+                "Minidump",
                 .product(name: "Logging", package: "swift-log"),
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["HTTPUpload"])),
@@ -114,7 +124,8 @@ let package = Package(
         .executableTarget(
             name: "crashcap",
             dependencies: [
-                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "Minidump",
+                "ProcessSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -146,7 +157,8 @@ let package = Package(
         .executableTarget(
             name: "crashcap-bench",
             dependencies: [
-                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "ProcessSupport",
+                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "Minidump",
+                "ProcessSupport",
                 // A ClickHouse server of its own, for the ingest figure.
                 "TestSupport",
                 // A receiver that only answers, for the OTLP export's figure.
@@ -173,6 +185,10 @@ let package = Package(
             dependencies: ["CrashFileFormat", "TestSupport"]
         ),
         .testTarget(
+            name: "MinidumpTests",
+            dependencies: ["CrashFileFormat", "Minidump", "TestSupport"]
+        ),
+        .testTarget(
             name: "CrashSymbolicationTests",
             dependencies: ["CrashFileFormat", "CrashSymbolication", "TestSupport"]
         ),
@@ -190,7 +206,9 @@ let package = Package(
         ),
         .testTarget(
             name: "crashcapTests",
-            dependencies: ["CrashCapture", "CrashFileFormat", "CrashSymbolication", "ProcessSupport", "TestSupport"]
+            dependencies: [
+                "CrashCapture", "CrashFileFormat", "CrashSymbolication", "Minidump", "ProcessSupport", "TestSupport",
+            ]
         ),
     ]
 )

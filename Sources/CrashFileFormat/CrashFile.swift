@@ -41,6 +41,8 @@ public enum CrashRecordType: UInt32, Sendable {
     case event = 2
     /// The handler's timings, written after the events were made durable.
     case timing = 3
+    /// Binary: every thread's registers and stack memory (``StackMemory``).
+    case stacks = 4
 }
 
 /// Names of signals and of their `si_code` values, as the crash path writes them.
@@ -61,9 +63,9 @@ public struct CrashRecord: Sendable {
     public let offset: Int
     public let payload: [UInt8]
 
-    /// The payload's object; nil when it is not one, or names a key of its own twice (which of
+    /// The payload's object (never for a stacks record, which is binary); nil when it is not one, or names a key of its own twice (which of
     /// two `event` names is the event is not for the reader to guess).
-    public var json: [String: Any]? { JSONTree.object(payload, uniqueTopLevelKeys: true) }
+    public var json: [String: Any]? { type == .stacks ? nil : JSONTree.object(payload, uniqueTopLevelKeys: true) }
 }
 
 /// Damage found in a crash file: where, and what is wrong there.
@@ -88,6 +90,8 @@ public struct CrashFileContents: Sendable {
     public var byteCount = 0
 
     public var events: [CrashRecord] { records.filter { $0.type == .event } }
+    /// The stacks record's payload, when the file has one.
+    public var stacks: [UInt8]? { records.last { $0.type == .stacks }?.payload }
 }
 
 public enum CrashFileReader: Sendable {
@@ -183,7 +187,7 @@ public enum CrashFileReader: Sendable {
             switch parseRecord(bytes, at: offset, budget: &budget) {
             case .success(let record):
                 payloadBytes += record.payload.count
-                jsonValues += Self.jsonValueCount(record.payload)
+                if record.type != .stacks { jsonValues += Self.jsonValueCount(record.payload) }
                 guard payloadBytes <= CrashFileLayout.maximumPayload,
                     jsonValues <= CrashFileLayout.maximumJSONValues
                 else {

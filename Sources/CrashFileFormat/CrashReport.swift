@@ -89,7 +89,16 @@ public struct CrashReport: @unchecked Sendable {
         var events: [[String: Any]] = []
         var timing: Timing?
         var problems = contents.problems
+        var stacks: StackMemory?
         for record in contents.records {
+            if record.type == .stacks {
+                switch StackMemory.parse(record.payload) {
+                case .success(let memory): stacks = memory
+                case .failure(let problem):
+                    problems.append(CrashFileProblem(offset: record.offset, reason: problem.description))
+                }
+                continue
+            }
             guard let json = record.json else {
                 let reason: String
                 do {
@@ -117,9 +126,11 @@ public struct CrashReport: @unchecked Sendable {
                     keptFilesNanoseconds: Self.int64(json["kept_files_ns"]),
                     unwindNanoseconds: Self.int64(json["unwind_ns"]),
                     eventsNanoseconds: Self.int64(json["events_ns"]))
+            case .stacks: break
             }
         }
         self.init(path: path, session: session, events: events, timing: timing, problems: problems)
+        self.stacks = stacks
     }
 
     /// A crash as an event store keeps it once imported: its `$AppCrashed` event, frames named
@@ -255,6 +266,9 @@ public struct CrashReport: @unchecked Sendable {
     /// Why the fallback was taken, when it was.
     public private(set) var threadsFreezeNote: String?
     public private(set) var memory: [MemoryRegion] = []
+    /// Every thread's registers and stack memory (the stacks record), when the file has it:
+    /// what a minidump is made of. Files of older versions, and a crash imported into a store, have none.
+    public var stacks: StackMemory?
     /// The process at the crash: command line, memory, threads, uptime, descriptors, limits,
     /// memory cgroup, container (as the crash path wrote it; empty in older reports).
     public var process: [String: Any] { details["process"] as? [String: Any] ?? [:] }

@@ -58,6 +58,12 @@ struct UploadTarget: ParsableArguments {
             valueName: "header"))
     var headers: [String] = []
 
+    @Option(
+        help: ArgumentHelp(
+            "Also send each crash as a minidump (multipart/form-data, upload_file_minidump) to this URL: Sentry's minidump endpoint (with ?sentry_key=), BugSplat's or Backtrace's. Each crash is sent once.",
+            valueName: "url"))
+    var minidumpURL: String?
+
     @Flag(help: "Allow plain http to a host that is not this machine.")
     var allowInsecureHTTP = false
 
@@ -107,6 +113,54 @@ struct UploadTarget: ParsableArguments {
             }
             return parsed
         }
+    }
+
+    var minidumpEndpoint: URL? {
+        get throws {
+            guard let text = minidumpURL, !text.isEmpty else { return nil }
+            guard let parsed = URL(string: text), parsed.host != nil else {
+                throw Crashcap.fail("not a URL: \(text)", code: 64)
+            }
+            return parsed
+        }
+    }
+
+    func minidumpUploader(_ store: EventStore) throws -> MinidumpUploader? {
+        guard let endpoint = try minidumpEndpoint else { return nil }
+        do {
+            let uploader = try MinidumpUploader(endpoint: endpoint, store: store, options: try uploadOptions())
+            uploader.onRetry = { failures, reason, delay in
+                FileHandle.standardError.write(
+                    Data(
+                        ("crashcap: minidump upload attempt \(failures) failed (\(reason)); trying again in "
+                            + String(format: "%.1f s", delay) + "\n").utf8))
+            }
+            return uploader
+        } catch {
+            throw Crashcap.fail("\(error)", code: 64)
+        }
+    }
+
+    /// Sends each crash not sent yet as a minidump; the receiver's id of each is printed.
+    /// Whether none is left.
+    func sendMinidumps(with uploader: MinidumpUploader, timeout: Double? = nil, quiet: Bool = false) -> Bool {
+        let result = uploader.sendPending(deadline: Date().addingTimeInterval(timeout ?? uploadTimeout))
+        for (id, answer) in result.sent {
+            let line =
+                "minidump of \(id) sent to \(Uploader.redacted(uploader.endpoint)): event id \(answer ?? "(none given)")"
+            if quiet { FileHandle.standardError.write(Data((line + "\n").utf8)) } else { print(line) }
+        }
+        if result.refused > 0 {
+            FileHandle.standardError.write(
+                Data("crashcap: \(result.refused) minidumps refused for good: \(result.lastError ?? "")\n".utf8))
+        }
+        if result.pending > 0 {
+            FileHandle.standardError.write(
+                Data(
+                    "crashcap: \(result.pending) minidumps still to send: \(result.lastError ?? "time ran out")\n".utf8)
+            )
+        }
+        return result.pending == 0
     }
 
     /// Sends everything pending; returns whether the store is empty afterwards. `quiet`: the
@@ -254,6 +308,9 @@ extension Crashcap {
             }
             var complete = true
             if let endpoint { complete = try target.upload(store, to: endpoint, quiet: json) }
+            if let minidumps = try target.minidumpUploader(store) {
+                complete = target.sendMinidumps(with: minidumps, quiet: json) && complete
+            }
             if summary.count(.damaged) > 0 || !damagedSessions.isEmpty { throw ExitCode(65) }
             if !notArchived.isEmpty { throw ExitCode(73) }  // EX_CANTCREAT: the archive took nothing
             if !complete { throw ExitCode(75) }
@@ -271,12 +328,19 @@ extension Crashcap {
         @OptionGroup var target: UploadTarget
 
         mutating func run() throws {
-            guard let endpoint = try target.endpoint else {
+            let endpoint = try target.endpoint
+            guard endpoint != nil || target.minidumpURL != nil else {
                 throw Crashcap.fail(
-                    "no endpoint: pass --upload URL, --otlp URL, or set CRASHCAPTURE_SERVER_URL", code: 64)
+                    "no endpoint: pass --upload URL, --otlp URL, --minidump-url URL, or set CRASHCAPTURE_SERVER_URL",
+                    code: 64)
             }
             let store = try options.openStore()
-            if !(try target.upload(store, to: endpoint)) { throw ExitCode(75) }
+            var complete = true
+            if let endpoint { complete = try target.upload(store, to: endpoint) }
+            if let minidumps = try target.minidumpUploader(store) {
+                complete = target.sendMinidumps(with: minidumps) && complete
+            }
+            if !complete { throw ExitCode(75) }
         }
     }
 }

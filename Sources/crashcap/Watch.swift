@@ -31,7 +31,7 @@ extension Crashcap {
         @OptionGroup var symbols: SymbolOptions
 
         mutating func run() throws {
-            var watched: [(directory: String, recovery: SessionRecovery, uploader: Uploader?)] = []
+            var watched: [Watched] = []
             let endpoint = try target.endpoint
             for directory in directories {
                 let store = try DirectoryOptions.openStore(directory: directory)
@@ -51,7 +51,9 @@ extension Crashcap {
                         directory,
                         SessionRecovery(
                             replayer: CrashReplayer(
-                                directory: directory, store: store, symbolicator: try symbols.symbolicator())), uploader
+                                directory: directory, store: store, symbolicator: try symbols.symbolicator())),
+                        uploader,
+                        try target.minidumpUploader(store)
                     ))
             }
             let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
@@ -128,10 +130,13 @@ extension Crashcap {
             print("stopped")
         }
 
-        /// Recovers one directory and asks for an upload; prints what was imported.
-        func recover(
-            _ entry: (directory: String, recovery: SessionRecovery, uploader: Uploader?), closed: Set<String> = []
-        ) {
+        typealias Watched = (
+            directory: String, recovery: SessionRecovery, uploader: Uploader?, minidumps: MinidumpUploader?
+        )
+
+        /// Recovers one directory and asks for an upload; prints what was imported. Minidumps are
+        /// sent at once, each within 10 s (the watch waits for them).
+        func recover(_ entry: Watched, closed: Set<String> = []) {
             var summary = entry.recovery.recoverAll()
             // A session file is reported closed while its process is still going away: the
             // kernel drops the process's lock, and the process leaves /proc, a moment later
@@ -168,6 +173,10 @@ extension Crashcap {
             }
             fflush(nil)
             if summary.importedEvents > 0 { entry.uploader?.requestFlush() }
+            if let minidumps = entry.minidumps {
+                _ = target.sendMinidumps(with: minidumps, timeout: 10)
+                fflush(nil)
+            }
         }
     }
 }

@@ -5,11 +5,16 @@ import Testing
 
 @Suite struct CrashFileTests {
     /// A real crash file from a real crash, to cut and damage: one that came after the
-    /// install's rest, so that the file holds its reserved space.
+    /// install's rest, so that the file holds its reserved space. Without the stacks record
+    /// (CRASHCAPTURE_STACK_MEMORY=off), whose 70 KiB would make cutting at every byte quadratic
+    /// in them; `stacksRecordFollowsTheEvents` cuts a file with one.
     static let sample: (path: String, bytes: [UInt8], records: Int, end: Int) = {
         let directory = makeTemporaryDirectory("torn")
         _ = try! run(
-            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_INSTALLED": "1"])
+            Paths.cSample, ["null-read"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_INSTALLED": "1", "CRASHCAPTURE_STACK_MEMORY": "off",
+            ])
         let path = crashFiles(in: directory)[0]
         let bytes = [UInt8](FileManager.default.contents(atPath: path)!)
         let contents = CrashFileReader.parse(bytes)
@@ -26,6 +31,46 @@ import Testing
         #expect(contents.problems.isEmpty)
         #expect(contents.records.map(\.type) == [.session, .event, .event, .timing])
         #expect(Self.sample.bytes.count >= 256 * 1024, "the reserved space is part of the file")
+    }
+
+    /// The stacks record: after the events, before the timing; the crashing thread first, its
+    /// stack from SP-128 of the context before the signal up to where the main thread's frames
+    /// end (a C main thread a few frames deep has only argv and the environment above it, which
+    /// are never copied); a cut inside it loses it alone, never half-read.
+    @Test func stacksRecordFollowsTheEvents() throws {
+        let directory = makeTemporaryDirectory("stacks")
+        _ = try run(
+            Paths.cSample, ["null-read"],
+            environment: [
+                "CRASHCAPTURE_DIR": directory, "CRASH_SAMPLE_INSTALLED": "1", "SAMPLE_SECRET": "env-secret-5e11a",
+            ])
+        let path = crashFiles(in: directory)[0]
+        let bytes = [UInt8](FileManager.default.contents(atPath: path)!)
+        let contents = CrashFileReader.parse(bytes)
+        #expect(contents.problems.isEmpty)
+        #expect(contents.records.map(\.type) == [.session, .event, .event, .stacks, .timing])
+        #expect(!String(decoding: bytes, as: UTF8.self).contains("env-secret-5e11a"), "the environment is never kept")
+        let report = CrashReport(path: path, contents: contents)
+        let stacks = try #require(report.stacks)
+        #expect(stacks.architecture == .x86_64)
+        let crashed = try #require(stacks.threads.first)
+        #expect(crashed.crashed && !crashed.cut)
+        #expect(crashed.tid == (report.properties["crash_tid"] as? NSNumber)?.intValue)
+        #expect(crashed.registers.count == 23 && crashed.floatingPoint.count == 512)
+        // gregs[15] is rsp, gregs[16] rip: the report's own registers say the same.
+        let registers = report.crashed?["crash"].flatMap { ($0 as? [String: Any])?["registers"] as? [String: Any] }
+        #expect(registers?["sp"] as? String == "0x" + String(crashed.registers[15], radix: 16))
+        #expect(registers?["pc"] as? String == "0x" + String(crashed.registers[16], radix: 16))
+        #expect(crashed.stackStart == crashed.registers[15] - 128)
+        #expect(crashed.stack.count >= 64 && crashed.stack.count < 64 * 1024, "\(crashed.stack.count)")
+        #expect(stacks.threadsLeftOut == 0 && stacks.bytesCut == 0)
+        let record = try #require(contents.records.first { $0.type == .stacks })
+        let end = record.offset + CrashFileLayout.headerSize + record.payload.count
+        for cut in stride(from: record.offset + 1, to: end, by: 997) {
+            let torn = CrashFileReader.parse(Array(bytes[0..<cut]))
+            #expect(torn.records.map(\.type) == [.session, .event, .event], "cut at \(cut)")
+            #expect(!torn.problems.isEmpty)
+        }
     }
 
     @Test func truncationAtAnyByteIsDetectedAndNeverHalfRead() {

@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "cc_internal.h"
+
+// The loader's: the stack pointer the process started with (glibc exports it, GLIBC_2.1).
+extern void *__libc_stack_end;
 #include "crashcapture_sdk.h"
 
 cc_state cc_global = {
@@ -402,6 +405,14 @@ static int cc_install(const crashcapture_config *config, size_t journal_bytes, i
     cc_global.sdk_session = sdk;
     const char *freeze = getenv("CRASHCAPTURE_FREEZE");
     cc_global.freeze_by_signal_only = freeze != NULL && strcmp(freeze, "signal") == 0;
+    // CRASHCAPTURE_STACK_MEMORY=off: no stacks record (smaller crash files, no minidump); the
+    // benchmark measures the handler both ways in one run with it.
+    const char *stack_memory = getenv("CRASHCAPTURE_STACK_MEMORY");
+    cc_global.no_stack_memory = stack_memory != NULL && strcmp(stack_memory, "off") == 0;
+    // Where the main thread's frames end: above it the kernel put argc, argv, the environment
+    // and their strings, which the stacks record must never carry (the environment is never
+    // recorded, the arguments only when allowed).
+    cc_global.main_stack_end = (uintptr_t)__libc_stack_end;
     cc_step_done(CC_STEP_DIRECTORY);
     // The buffers' pages and the CRC tables spare a crash page faults and time; a crash before
     // they are ready does without (a C install prepares them with its rest).

@@ -62,6 +62,9 @@ typedef struct cc_findings {
     // Where the rest of the handler's own work goes, for the timing record: reading the kept
     // process-state files, unwinding the crashing thread, building the two events.
     int64_t kept_files_ns, unwind_ns, events_ns;
+    // Copying every thread's stack memory into the stacks record, and the record's size.
+    int64_t stacks_ns;
+    size_t stacks_bytes;
 } cc_findings;
 extern cc_findings cc_found;
 
@@ -124,6 +127,13 @@ void cc_append_threads_summary(cc_buf *b, int listed, int left_out);
 size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_ns, int64_t sync_ns,
                        int64_t publish_ns, int sync_ok, bool named_before_sync, bool directory_flushed);
 
+// MARK: stack_memory.c
+
+// The stacks record (CCF_RECORD_STACKS), framed, into out: the crashing thread's registers and
+// stack, then every captured thread's, `bound` bytes of stack memory at most in all. Its size,
+// or 0 when nothing fits.
+size_t cc_build_stacks(char *out, size_t cap, const cc_crash *c, size_t bound);
+
 // MARK: process_state.c, attachments.c
 
 void cc_append_base64(cc_buf *b, const unsigned char *data, size_t n);
@@ -134,12 +144,15 @@ void cc_append_attachments(cc_buf *b, size_t limit);
 // MARK: report_file.c
 
 // Writes the framed records `out[0, total)` where they belong, makes them durable, and appends
-// the timing record; nothing past `allowed` bytes of file.
+// the timing record; nothing past `allowed` bytes of file. `after` (the stacks record, or NULL)
+// is written once the records are durable, before the timing record, and is not flushed itself:
+// the report does not wait for it.
 // 0 once the report is written (or given up, its named file removed). CC_WRITE_MAY_RETRY: a
 // write that found no room (ENOSPC, EDQUOT, or past the file-size limit) returns its errno
 // instead and leaves the file for a smaller report, which CC_WRITE_SMALLER_AGAIN writes.
 typedef enum { CC_WRITE_ONCE, CC_WRITE_MAY_RETRY, CC_WRITE_SMALLER_AGAIN } cc_write_attempt;
-int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt);
+int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt,
+                    const char *after, size_t after_len);
 void cc_write_crash_line(const cc_crash *c);
 
 // MARK: crash_path.c, for hang_report.c

@@ -128,6 +128,8 @@ static void cc_publish(bool flush_directory) {
 static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_t allowed, int64_t handler_ns,
                             int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
                             bool named_before_sync, bool directory_flushed);
+static const char *cc_after;
+static size_t cc_after_len;
 
 // One line on stderr, so that a crash shows in the logs even when the capture directory is
 // lost. Written only if stderr takes it at once: a full pipe nobody drains must not hang us.
@@ -216,8 +218,11 @@ static void cc_remove_named_crash_file(void) {
     (void)cc_note_crash_not_kept();
 }
 
-int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt) {
+int cc_write_report(char *out, size_t total, size_t cap, int64_t entry_ns, uint64_t allowed, cc_write_attempt attempt,
+                    const char *after, size_t after_len) {
     bool may_retry = attempt == CC_WRITE_MAY_RETRY;
+    cc_after = after;
+    cc_after_len = after_len;
     if (cc_global.record_offset + total > allowed) {
         if (may_retry) return EFBIG;
         cc_remove_named_crash_file();
@@ -305,6 +310,18 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
                             int64_t write_ns, int64_t sync_ns, int64_t publish_ns, int sync_ok,
                             bool named_before_sync, bool directory_flushed) {
     atomic_store(&cc_found.report_written, 1);
+    // The stacks record: after the durable events, so that the report waits for none of it. A
+    // write that stops short (a disk full past the reserved space) is cut off again: a torn
+    // record would make a replay set the whole file aside as damaged.
+    if (cc_after != NULL && cc_global.record_offset + total + cc_after_len <= allowed) {
+        off_t before = lseek(fd, 0, SEEK_CUR);
+        if (cc_write_all(fd, cc_after, cc_after_len) == 0) {
+            total += cc_after_len;
+        } else if (before >= 0) {
+            (void)!ftruncate(fd, before);
+            lseek(fd, before, SEEK_SET);
+        }
+    }
     size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, handler_ns,
                                     write_ns, sync_ns, publish_ns, sync_ok, named_before_sync, directory_flushed);
     if (timing > 0 && cc_global.record_offset + total + CCF_RECORD_HEADER_SIZE + timing <= allowed) {

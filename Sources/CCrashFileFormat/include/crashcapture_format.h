@@ -40,6 +40,35 @@ enum ccf_record_type {
     CCF_RECORD_SESSION = 1,  // written at install: who this session is
     CCF_RECORD_EVENT = 2,    // one event JSON ($AppCrashed, $AppEnd)
     CCF_RECORD_TIMING = 3,   // handler timings, written after the fdatasync of the events
+    CCF_RECORD_STACKS = 4,   // binary: each thread's registers and stack memory (below)
+};
+
+// The stacks record (type 4): binary, little-endian, written after the events are durable and
+// before the timing record. Its frame's CRC-32 covers it like any record's; its own header
+// carries a version, so a reader skips a version it does not know rather than misreading it.
+//   header (CCF_STACKS_HEADER_SIZE bytes): magic "CCST", u32 version, u32 ELF machine (62
+//   x86_64, 183 aarch64), u32 threads, u32 bound (stack bytes the crash path allowed itself),
+//   u32 threads left out for want of room, u64 bytes cut (wanted but not kept, all threads)
+//   then per thread: u32 tid, u32 flags (CCF_STACK_*), u32 context bytes, u32 stack bytes,
+//   u64 address of the stack's first byte, the context (padded to 8), the stack (padded to 8).
+// The context: x86_64, the 23 general registers in ucontext's gregs order (r8..r15, rdi, rsi,
+// rbp, rbx, rdx, rax, rcx, rsp, rip, eflags, csgsfs, err, trapno, oldmask, cr2), then with
+// CCF_STACK_FLOAT the 512-byte FXSAVE area; aarch64, x0..x30, sp, pc, pstate, then with
+// CCF_STACK_FLOAT v0..v31 (16 bytes each), fpsr and fpcr (u32 each).
+#define CCF_STACKS_MAGIC "CCST"
+#define CCF_STACKS_VERSION 1
+#define CCF_STACKS_HEADER_SIZE 32
+#define CCF_STACKS_ENTRY_HEADER_SIZE 24
+#define CCF_STACKS_MACHINE_X86_64 62
+#define CCF_STACKS_MACHINE_AARCH64 183
+#define CCF_STACKS_X86_64_GREGS 23
+#define CCF_STACKS_X86_64_FXSAVE 512
+#define CCF_STACKS_AARCH64_GREGS 34
+#define CCF_STACKS_AARCH64_FPSIMD 520
+enum ccf_stack_flags {
+    CCF_STACK_CRASHED = 1,  // the crashing thread (its stack before the signal, not the alternate one)
+    CCF_STACK_CUT = 2,      // fewer bytes kept than wanted: the bound was reached
+    CCF_STACK_FLOAT = 4,    // the context carries the floating-point/vector registers
 };
 
 // A session file (`session-<id>.ccs`) is created at install and named from the start, so

@@ -51,6 +51,11 @@ public enum CrashCapture: Sendable {
         /// record named `app.crash`, severity FATAL, with `exception.*` attributes. Setting both
         /// this and `serverURL` is an error at install.
         public var otlpURL: URL?
+        /// Also send each crash imported at start as a minidump to this URL (Sentry's minidump
+        /// endpoint with `?sentry_key=`, BugSplat's, Backtrace's), once, off the app's threads
+        /// after the start's replay, with `upload`'s headers and retries (Docs/Minidump.md).
+        /// `CRASHCAPTURE_MINIDUMP_URL` in the environment wins over this.
+        public var minidumpURL: URL?
         /// When and how stored events are sent.
         public var upload: UploadOptions
         /// The cap on cached events; the oldest are dropped (and counted) beyond it.
@@ -520,6 +525,7 @@ extension CrashCapture {
                         "replay stopped at its time budget; the rest waits for the next start or `crashcap replay`",
                         metadata: ["left": "\(summary.leftForLater)", "budget_seconds": "\(budget)"])
                 }
+                sendMinidumps(configuration, store: store)
             }
         }
         if configuration.trackLifecycle {
@@ -533,6 +539,42 @@ extension CrashCapture {
         uploader?.start()
         uploader?.requestFlush()
         return pipeline
+    }
+
+    /// The crashes imported and not sent yet, as minidumps, on a queue of their own (the
+    /// replay's group is not held for them). Each receiver's answer is logged.
+    static func sendMinidumps(_ configuration: Configuration, store: EventStore) {
+        var url = configuration.minidumpURL
+        if let text = ProcessInfo.processInfo.environment["CRASHCAPTURE_MINIDUMP_URL"], !text.isEmpty {
+            url = URL(string: text)
+        }
+        guard let url, Uploader.canUpload else { return }
+        let uploader: MinidumpUploader
+        do {
+            uploader = try MinidumpUploader(endpoint: url, store: store, options: configuration.upload)
+        } catch {
+            logger.error("minidumps not sent", metadata: ["error": "\(error)"])
+            return
+        }
+        DispatchQueue(label: "CrashCapture.minidumps", qos: .utility).async {
+            let result = uploader.sendPending(deadline: Date().addingTimeInterval(60))
+            for (id, answer) in result.sent {
+                logger.notice(
+                    "minidump sent",
+                    metadata: [
+                        "crash_id": "\(id)", "event_id": "\(answer ?? "")",
+                        "endpoint": "\(Uploader.redacted(uploader.endpoint))",
+                    ])
+            }
+            if result.pending > 0 || result.refused > 0 {
+                logger.warning(
+                    "minidumps not all sent",
+                    metadata: [
+                        "pending": "\(result.pending)", "refused": "\(result.refused)",
+                        "error": "\(result.lastError ?? "")",
+                    ])
+            }
+        }
     }
 
     private static let hooksRegistered = Box(false)

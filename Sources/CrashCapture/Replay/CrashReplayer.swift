@@ -131,6 +131,9 @@ package struct CrashReplayer: Sendable {
         /// The events to store; crash-loop counting may still compact an `$AppCrashed`, so they
         /// are encoded when stored.
         var events: [(id: String, event: [String: Any])] = []
+        /// The stacks record's payload (every thread's registers and stack), kept with the crash's
+        /// report so that `crashcap export` makes its minidump after the file is gone.
+        var stacks: [UInt8]?
         /// Decided already (unreadable, live): nothing to store, nothing to remove.
         var finished = false
     }
@@ -191,6 +194,7 @@ package struct CrashReplayer: Sendable {
             return prepared
         }
         let report = CrashReport(path: path, contents: contents)
+        prepared.stacks = report.stacks != nil ? contents.stacks : nil
         prepared.result.problems = report.problems
         if contents.records.isEmpty && contents.problems.isEmpty {
             prepared.result.problems.append(
@@ -281,7 +285,7 @@ package struct CrashReplayer: Sendable {
                     // Each crash's report stays readable (`crashcap show`) after its event is
                     // uploaded and deleted: the history keeps it as it was imported.
                     for row in rows where crashes[index].contains(row.id) {
-                        try transaction.keepCrashReport(eventID: row.id, bytes: row.payload)
+                        try transaction.keepCrashReport(eventID: row.id, bytes: row.payload, stacks: file.stacks)
                     }
                     if rows.isEmpty {
                         results[index].outcome = results[index].problems.isEmpty ? .noCrash : .damaged

@@ -120,28 +120,66 @@ extension EventStore {
         return try waiting.step() ? waiting.text(0) : nil
     }
 
-    /// Keeps a crash's whole report with its line of the history; inside the transaction that
-    /// imports it. The oldest reports beyond the count or the bytes kept are let go.
-    func keepCrashReportLocked(eventID: String, payload: String) throws {
-        var payload = payload
-        try payload.withUTF8 { try keepCrashReportLocked(eventID: eventID, text: UnsafeRawBufferPointer($0)) }
+    /// The stacks record kept with a crash's report (every thread's registers and stack, what a
+    /// minidump is made of); nil when the crash had none, or its report is no longer kept.
+    package func crashStacks(eventID: String) throws -> [UInt8]? {
+        lock.lock()
+        defer { lock.unlock() }
+        let kept = try connection.prepare("SELECT stacks FROM crash_history WHERE event_id = ? AND stacks IS NOT NULL")
+        try kept.bind(1, eventID)
+        return try kept.step() ? kept.blob(0) : nil
     }
 
-    func keepCrashReportLocked(eventID: String, text: UnsafeRawBufferPointer) throws {
-        let keep = try statement("UPDATE crash_history SET payload = ?, payload_bytes = ? WHERE event_id = ?")
+    /// The crashes whose minidump is still to be sent (a report and its stacks kept, not sent
+    /// nor refused yet), oldest first.
+    package func pendingMinidumps() throws -> [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        let pending = try connection.prepare(
+            "SELECT event_id FROM crash_history WHERE minidump_sent = 0 AND stacks IS NOT NULL "
+                + "AND payload IS NOT NULL ORDER BY time_ms, event_id")
+        var ids: [String] = []
+        while try pending.step() { ids.append(pending.text(0)) }
+        return ids
+    }
+
+    /// Notes a crash's minidump as sent (1) or refused for good by the receiver (2): it is
+    /// never sent again.
+    package func markMinidump(eventID: String, refused: Bool = false) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        let mark = try connection.prepare("UPDATE crash_history SET minidump_sent = ? WHERE event_id = ?")
+        try mark.bind(1, Int64(refused ? 2 : 1))
+        try mark.bind(2, eventID)
+        _ = try mark.step()
+    }
+
+    /// Keeps a crash's whole report with its line of the history; inside the transaction that
+    /// imports it. The oldest reports beyond the count or the bytes kept are let go.
+    func keepCrashReportLocked(eventID: String, payload: String, stacks: [UInt8]? = nil) throws {
+        var payload = payload
+        try payload.withUTF8 {
+            try keepCrashReportLocked(eventID: eventID, text: UnsafeRawBufferPointer($0), stacks: stacks)
+        }
+    }
+
+    func keepCrashReportLocked(eventID: String, text: UnsafeRawBufferPointer, stacks: [UInt8]? = nil) throws {
+        let keep = try statement(
+            "UPDATE crash_history SET payload = ?, payload_bytes = ?, stacks = ? WHERE event_id = ?")
         // The report's text bound where it is, not copied: it can be tens of MB.
         do {
             defer { keep.reset() }
             try keep.bind(1, borrowing: text)
-            try keep.bind(2, Int64(text.count))
-            try keep.bind(3, eventID)
+            try keep.bind(2, Int64(text.count + (stacks?.count ?? 0)))
+            if let stacks { try keep.bind(3, blob: stacks) } else { try keep.bindNull(3) }
+            try keep.bind(4, eventID)
             _ = try keep.step()
         }
         // The sizes are summed from their own column: reading the reports' text to measure it
         // would read up to crashReportBytesKept at every import.
         let trim = try statement(
             """
-            UPDATE crash_history SET payload = NULL, payload_bytes = 0 WHERE event_id IN (
+            UPDATE crash_history SET payload = NULL, payload_bytes = 0, stacks = NULL WHERE event_id IN (
                 SELECT event_id FROM (
                     SELECT event_id, ROW_NUMBER() OVER newest AS n, SUM(payload_bytes) OVER newest AS bytes
                     FROM crash_history WHERE payload IS NOT NULL
@@ -178,11 +216,11 @@ extension EventStore.Transaction {
         try store.noteCrashInHistoryLocked(entry)
     }
 
-    package func keepCrashReport(eventID: String, payload: String) throws {
-        try store.keepCrashReportLocked(eventID: eventID, payload: payload)
+    package func keepCrashReport(eventID: String, payload: String, stacks: [UInt8]? = nil) throws {
+        try store.keepCrashReportLocked(eventID: eventID, payload: payload, stacks: stacks)
     }
 
-    package func keepCrashReport(eventID: String, bytes: [UInt8]) throws {
-        try bytes.withUnsafeBytes { try store.keepCrashReportLocked(eventID: eventID, text: $0) }
+    package func keepCrashReport(eventID: String, bytes: [UInt8], stacks: [UInt8]? = nil) throws {
+        try bytes.withUnsafeBytes { try store.keepCrashReportLocked(eventID: eventID, text: $0, stacks: stacks) }
     }
 }

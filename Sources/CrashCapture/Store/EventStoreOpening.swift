@@ -93,7 +93,9 @@ extension EventStore {
                 fingerprint TEXT NOT NULL,
                 app_version TEXT NOT NULL,
                 payload TEXT,
-                payload_bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+                payload_bytes INTEGER NOT NULL DEFAULT 0,
+                stacks BLOB,
+                minidump_sent INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS crash_history_by_time ON crash_history(time_ms);
             CREATE TABLE IF NOT EXISTS crash_runs(
                 fingerprint TEXT PRIMARY KEY,
@@ -103,7 +105,10 @@ extension EventStore {
             """)
         // Stores made before the history kept whole reports get the columns; two processes that
         // open such a store at once both try, and one finds them made.
-        for (column, definition) in [("payload", "TEXT"), ("payload_bytes", "INTEGER NOT NULL DEFAULT 0")]
+        for (column, definition) in [
+            ("payload", "TEXT"), ("payload_bytes", "INTEGER NOT NULL DEFAULT 0"), ("stacks", "BLOB"),
+            ("minidump_sent", "INTEGER NOT NULL DEFAULT 0"),
+        ]
         where try connection.scalarInt(
             "SELECT COUNT(*) FROM pragma_table_info('crash_history') WHERE name = '\(column)'") == 0
         {

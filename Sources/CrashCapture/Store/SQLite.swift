@@ -120,6 +120,13 @@ final class SQLiteStatement {
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
+    func bind(_ index: Int32, blob: [UInt8]) throws {
+        let status = blob.withUnsafeBytes {
+            sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), csqlite_transient())
+        }
+        if status != SQLITE_OK { throw connection.error(status) }
+    }
+
     func bindNull(_ index: Int32) throws {
         let status = sqlite3_bind_null(handle, index)
         if status != SQLITE_OK { throw connection.error(status) }
@@ -137,6 +144,12 @@ final class SQLiteStatement {
     }
 
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+    func blob(_ column: Int32) -> [UInt8] {
+        let count = Int(sqlite3_column_bytes(handle, column))
+        guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
 
     func text(_ column: Int32) -> String {
         guard let pointer = sqlite3_column_text(handle, column) else { return "" }

@@ -13,7 +13,7 @@ internal import Foundation
         /// One client for every uploader in the process, on one event-loop thread of its own,
         /// never shut down (so no uploader has to outlive its requests). Each request carries its
         /// own deadline; a redirect is not followed (the events would go somewhere not configured).
-        private static let client: HTTPClient = {
+        fileprivate static let client: HTTPClient = {
             var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
             configuration.connectionPool = .init(
                 idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
@@ -59,6 +59,39 @@ internal import Foundation
         }
     }
 
+    extension HTTPTransport {
+        /// One POST whose answer (status, the start of its body, Retry-After) the caller reads
+        /// itself: the minidump upload wants the body's event id.
+        static func exchange(
+            _ body: Data, to endpoint: URL, contentType: String, headers extra: [(String, String)], timeout: Double
+        ) -> HTTPExchange {
+            let done = DispatchSemaphore(value: 0)
+            let result = Box<HTTPExchange>(.failed("no response"))
+            let request: HTTPClient.Request
+            do {
+                var headers = HTTPHeaders([("Content-Type", contentType)])
+                headers.add(contentsOf: extra)
+                request = try HTTPClient.Request(url: endpoint, method: .POST, headers: headers, body: .data(body))
+            } catch {
+                return .failed("cannot make a request to \(Uploader.redacted(endpoint)): \(error)")
+            }
+            let task = client.execute(
+                request: request, delegate: StatusAndText(), deadline: .now() + .nanoseconds(Int64(timeout * 1e9)))
+            task.futureResult.whenComplete { response in
+                switch response {
+                case .success(let answer): result.value = .answer(answer.status, answer.body, answer.retryAfter)
+                case .failure(let error): result.value = .failed("network error: \(error)")
+                }
+                done.signal()
+            }
+            if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+                task.cancel()
+                return .failed("timed out after \(timeout) s")
+            }
+            return result.value
+        }
+    }
+
     /// Keeps a response's status and the start of its body (for the error message), and lets
     /// the rest go by: a server's answer never grows memory. `@unchecked`: async-http-client
     /// calls a delegate on one event loop, one callback at a time.
@@ -96,6 +129,12 @@ internal import Foundation
             _ body: Data, to endpoint: URL, contentType: String, headers: [(String, String)], timeout: Double
         ) -> Uploader.InFlight {
             Uploader.InFlight { .retry("this build has no HTTP client (the package trait HTTPUpload is off)") }
+        }
+
+        static func exchange(
+            _ body: Data, to endpoint: URL, contentType: String, headers: [(String, String)], timeout: Double
+        ) -> HTTPExchange {
+            .failed("this build has no HTTP client (the package trait HTTPUpload is off)")
         }
     }
 #endif
