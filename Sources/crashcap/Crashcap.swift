@@ -14,7 +14,8 @@ struct Crashcap: ParsableCommand {
         abstract: "Capture, check, read and replay crash reports of Linux processes.",
         version: CrashCapture.version,
         subcommands: [
-            Harness.self, Show.self, List.self, Replay.self, Upload.self, Watch.self, Collect.self, Symbols.self,
+            Harness.self, Show.self, List.self, Replay.self, Upload.self, Watch.self, Collect.self, Serve.self,
+            Symbols.self,
         ]
     )
 
