@@ -50,7 +50,7 @@ enum HTML {
         <html lang="en"><head><meta charset="utf-8">
         <meta name="viewport" content="width=device-width, initial-scale=1">
         <title>\(escape(title)) · crashcap</title>
-        <link rel="stylesheet" href="/style.css">
+        <link rel="stylesheet" href="/style.css"><link rel="icon" href="data:,">
         </head><body>
         <header><a class="brand" href="/">crashcap</a>\(nav)</header>
         <main>

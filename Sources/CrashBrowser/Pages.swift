@@ -97,7 +97,7 @@ struct Page {
         for row in page.rows {
             body +=
                 "<tr class=\"group\" data-fingerprint=\"\(HTML.escape(row.fingerprint))\">"
-                + "<td class=\"title\"><a href=\"\(link("/groups/" + row.fingerprint, filter.items()))\">"
+                + "<td class=\"title\"><a href=\"\(link("/groups/" + HTML.component(row.fingerprint), filter.items()))\">"
                 + HTML.escape(row.title.isEmpty ? row.fingerprint : row.title) + "</a>"
                 + (row.isNew ? "<span class=\"new\" title=\"first seen in this version\">new</span>" : "")
                 + "<div class=\"dim small\">\(HTML.escape(row.fingerprint))</div></td>"
@@ -157,14 +157,14 @@ struct Page {
             let event = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any]
         {
             body +=
-                "<h2>Latest report <a class=\"small\" id=\"latest-report\" href=\"\(link("/reports/" + latest.eventID, filter.items()))\">the whole report</a></h2>"
+                "<h2>Latest report <a class=\"small\" id=\"latest-report\" href=\"\(link("/reports/" + HTML.component(latest.eventID), filter.items()))\">the whole report</a></h2>"
                 + ReportHTML.report(event, all: false)
         }
         body +=
             "<h2>Events (newest first\(detail.events.count == GroupDetail.eventsShown ? ", the last \(GroupDetail.eventsShown)" : ""))</h2>"
             + "<table class=\"events\"><tr><th>time</th><th>version</th><th>host</th><th>user</th></tr>"
             + detail.events.map {
-                "<tr><td><a href=\"\(link("/reports/" + $0.eventID, filter.items()))\">\(HTML.time($0.time))</a></td><td>\(HTML.escape($0.version))</td><td>\(HTML.escape($0.host))</td><td>\(HTML.escape($0.user))</td></tr>"
+                "<tr><td><a href=\"\(link("/reports/" + HTML.component($0.eventID), filter.items()))\">\(HTML.time($0.time))</a></td><td>\(HTML.escape($0.version))</td><td>\(HTML.escape($0.host))</td><td>\(HTML.escape($0.user))</td></tr>"
             }.joined() + "</table>"
         return HTML.page(title: summary.title, nav: nav(filter.kind.rawValue), body: body)
     }
@@ -178,7 +178,7 @@ struct Page {
         let title = ReportHTML.string(properties["crash_title"] ?? properties["hang_title"])
         let fingerprint = ReportHTML.string(properties["crash_fingerprint"] ?? properties["hang_fingerprint"])
         var body =
-            "<p class=\"dim small\"><a href=\"\(link("/groups/" + fingerprint, filter.items()))\">← its group</a></p>"
+            "<p class=\"dim small\"><a href=\"\(link("/groups/" + HTML.component(fingerprint), filter.items()))\">← its group</a></p>"
         body +=
             "<h1>" + HTML.escape(title) + "</h1><p class=\"dim\">event <code>" + HTML.escape(eventID) + "</code> · "
             + HTML.time((event["time"] as? NSNumber)?.int64Value ?? 0) + "</p>"
@@ -232,7 +232,7 @@ struct Page {
             groupFilter.app = app
             groupFilter.version = version
             body +=
-                "<tr><td class=\"n\">\(rank + 1)</td><td class=\"title\"><a href=\"\(link("/groups/" + row.fingerprint, groupFilter.items()))\">"
+                "<tr><td class=\"n\">\(rank + 1)</td><td class=\"title\"><a href=\"\(link("/groups/" + HTML.component(row.fingerprint), groupFilter.items()))\">"
                 + HTML.escape(row.title.isEmpty ? row.fingerprint : row.title)
                 + "</a></td><td class=\"n\">\(row.events)</td>"
                 + "<td class=\"n\">" + String(format: "%.1f %%", share) + "</td><td class=\"n\">"
