@@ -16,6 +16,7 @@ enum Style {
         th, td { text-align: left; padding: .35em .6em; border-bottom: 1px solid var(--line); vertical-align: top; }
         th { font-weight: 600; color: var(--dim); white-space: nowrap; } td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
         td.title { max-width: 40em; word-break: break-word; }
+        table.facts { width: auto; } table.facts th { padding-right: 2em; }
         .dim { color: var(--dim); } .small { font-size: .85em; }
         .new { display: inline-block; background: var(--accent); color: #fff; border-radius: 3px; padding: 0 .35em; font-size: .78em; font-weight: 600; margin-left: .3em; }
         form.filters { display: flex; flex-wrap: wrap; gap: .5em; align-items: end; margin-bottom: 1em; }

@@ -25,7 +25,7 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         "if(visitParamHas(payload, 'anonymous_id'), visitParamExtractString(payload, 'anonymous_id'), distinct_id)"
     static let host = "visitParamExtractString(properties, '$hostname')"
     static let os =
-        "trim(BOTH ' ' FROM concat(visitParamExtractString(properties, '$os'), ' ', visitParamExtractString(properties, '$os_version')))"
+        "replaceRegexpAll(concat(visitParamExtractString(properties, '$os'), ' ', visitParamExtractString(properties, '$os_version')), '^ +| +$', '')"
 
     /// The events of the filter's kind with the columns named, as a subquery.
     var indexed: String {
@@ -80,7 +80,7 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
             SELECT fingerprint, toInt64(count()) AS n, min(time_ms) AS f, max(time_ms) AS l,
                 uniqExact(user) AS users, uniqExact(install) AS installs,
                 argMin(version, (time_ms, event_id)) AS first_version, argMax(version, (time_ms, event_id)) AS last_version,
-                argMax(title, (time_ms, event_id)) AS title, argMax(app, (time_ms, event_id)) AS app
+                argMax(title, (time_ms, event_id)) AS last_title, argMax(app, (time_ms, event_id)) AS last_app
             FROM \(indexed) WHERE \(conditions) GROUP BY fingerprint \(having)
             ORDER BY \(sortColumn) DESC, fingerprint LIMIT \(limit + 1)
             """)
@@ -94,10 +94,10 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         let newest = try newestVersions()
         let summaries = shown.map { row -> GroupSummary in
             let fingerprint = Self.text(row["fingerprint"])
-            let app = Self.text(row["app"])
+            let app = Self.text(row["last_app"])
             let newVersion = filter.version.isEmpty ? newest[app] ?? "" : filter.version
             return GroupSummary(
-                fingerprint: fingerprint, title: Self.text(row["title"]), app: app, events: Int(Self.int(row["n"])),
+                fingerprint: fingerprint, title: Self.text(row["last_title"]), app: app, events: Int(Self.int(row["n"])),
                 users: Int(Self.int(row["users"])), installs: Int(Self.int(row["installs"])),
                 firstSeen: Self.int(row["f"]), firstVersion: Self.text(row["first_version"]),
                 lastSeen: Self.int(row["l"]), lastVersion: Self.text(row["last_version"]),
@@ -167,18 +167,18 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
                 SELECT fingerprint, toInt64(count()) AS n, min(time_ms) AS f, max(time_ms) AS l,
                     uniqExact(user) AS users, uniqExact(install) AS installs,
                     argMin(version, (time_ms, event_id)) AS first_version, argMax(version, (time_ms, event_id)) AS last_version,
-                    argMax(title, (time_ms, event_id)) AS title, argMax(app, (time_ms, event_id)) AS app,
+                    argMax(title, (time_ms, event_id)) AS last_title, argMax(app, (time_ms, event_id)) AS last_app,
                     countIf(time_ms >= \(filter.now - Self.day)) AS day, countIf(time_ms >= \(filter.now - 30 * Self.day)) AS month
                 FROM \(indexed) WHERE \(conditions) GROUP BY fingerprint
                 """
             ).first
         else { return nil }
         let literal = [Self.literal(fingerprint)]
-        let app = Self.text(row["app"])
+        let app = Self.text(row["last_app"])
         let newVersion = filter.version.isEmpty ? try newestVersions()[app] ?? "" : filter.version
         let everFirst = try firstVersions(literal)[fingerprint]
         let summary = GroupSummary(
-            fingerprint: fingerprint, title: Self.text(row["title"]), app: app, events: Int(Self.int(row["n"])),
+            fingerprint: fingerprint, title: Self.text(row["last_title"]), app: app, events: Int(Self.int(row["n"])),
             users: Int(Self.int(row["users"])), installs: Int(Self.int(row["installs"])),
             firstSeen: Self.int(row["f"]), firstVersion: Self.text(row["first_version"]),
             lastSeen: Self.int(row["l"]), lastVersion: Self.text(row["last_version"]),
@@ -259,7 +259,7 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         let base = "event = \(Self.literal(kind.event)) AND app = \(Self.literal(app))"
         let top = try rows(
             """
-            SELECT fingerprint, toInt64(count()) AS n, argMax(title, (time_ms, event_id)) AS title FROM \(indexed)
+            SELECT fingerprint, toInt64(count()) AS n, argMax(title, (time_ms, event_id)) AS last_title FROM \(indexed)
             WHERE \(base) AND version = \(Self.literal(version)) GROUP BY fingerprint ORDER BY n DESC, fingerprint
             LIMIT \(limit)
             """)
@@ -279,7 +279,7 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         return top.map {
             let fingerprint = Self.text($0["fingerprint"])
             return TopCrasher(
-                fingerprint: fingerprint, title: Self.text($0["title"]), events: Int(Self.int($0["n"])),
+                fingerprint: fingerprint, title: Self.text($0["last_title"]), events: Int(Self.int($0["n"])),
                 previousEvents: before[fingerprint] ?? 0, isNew: firsts[fingerprint] == version)
         }
     }

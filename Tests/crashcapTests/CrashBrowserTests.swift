@@ -262,4 +262,65 @@ import Testing
         #expect(upload.stdout == "404")
         #expect(try Data(contentsOf: URL(fileURLWithPath: store)) == before, "the app's store is only read")
     }
+
+    /// Where the browser test writes its screenshots: the README's, when asked
+    /// (CRASHCAPTURE_UPDATE_SCREENSHOTS=1), else a temporary directory.
+    static var screenshots: String {
+        ProcessInfo.processInfo.environment["CRASHCAPTURE_UPDATE_SCREENSHOTS"] == "1"
+            ? Paths.packageRoot + "/Docs/images" : makeTemporaryDirectory("screenshots")
+    }
+
+    /// The same uploads into SQLite and into ClickHouse: the same numbers on every list, the
+    /// same facets on a group's page, both checked as above; then a user's flows in chromium
+    /// on both, in one Python process.
+    @Test func sqliteAndClickHouseShowTheSamePagesInARealBrowser() throws {
+        let fixture = try Self.fixture.get()
+        let server = try ClickHouseServer()
+        let clickHouse = try CollectorProcess(clickHouse: server.url + "?database=crashcap")
+        let sqlite = try CollectorProcess()
+        for collector in [sqlite, clickHouse] { try Self.upload(fixture.events, to: collector) }
+        try Self.checkNumbers(clickHouse, fixture)
+        try Self.checkEscaping(clickHouse, fixture)
+        for path in ["/", "/?version=1.1", "/?kind=hang", "/?signal=SIGSEGV&range=7d", "/?q=nil&sort=last"] {
+            let (a, b) = (Self.rows(try Self.page(sqlite, path)), Self.rows(try Self.page(clickHouse, path)))
+            #expect(a.map(\.fingerprint) == b.map(\.fingerprint), "\(path)")
+            #expect(a.map(\.events) == b.map(\.events) && a.map(\.users) == b.map(\.users), "\(path)")
+        }
+        func facets(_ html: String) -> String {
+            guard let start = html.range(of: "<h2>Facets</h2>"), let end = html.range(of: "<h2>Latest report") else {
+                return ""
+            }
+            return String(html[start.lowerBound..<end.lowerBound])
+        }
+        for path in ["/groups/\(fixture.threaded)", "/groups/\(fixture.hostile)?version=2.0"] {
+            let (a, b) = (facets(try Self.page(sqlite, path)), facets(try Self.page(clickHouse, path)))
+            #expect(!a.isEmpty && a == b, "\(path):\n\(a)\n\(b)")
+        }
+        // The browser's flows: the list, a version filter, a group, a thread, a report, Back.
+        let shots = Self.screenshots
+        func counts(_ groups: [String: (events: Int, users: Int)]) -> [String: Int] { groups.mapValues(\.events) }
+        let hostileID = "hostile-\"><script>alert(8)</script>"
+        let config: [String: Any] = [
+            "python_packages": Paths.packageRoot + "/.build/python-packages",
+            "targets": [
+                ["name": "sqlite", "base": sqlite.base, "screenshots": shots],
+                ["name": "clickhouse", "base": clickHouse.base],
+            ],
+            "expected_all": counts(Self.expected(fixture.events)),
+            "expected_2_0": counts(Self.expected(fixture.events, version: "2.0")),
+            "expected_hangs": counts(Self.expected(fixture.events, kind: "$AppHang")),
+            "threaded": fixture.threaded, "hostile": fixture.hostile, "hostile_text": Self.hostileText,
+            "hostile_report": "/reports/" + hostileID.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!,
+        ]
+        let file = makeTemporaryDirectory("browser-flows") + "/config.json"
+        try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
+        let flows = try run(
+            "/usr/bin/env", ["python3", Paths.packageRoot + "/Tests/crash_browser_flows.py", file], timeout: 180)
+        #expect(flows.stdout.contains("{\"ok\": true"), "\(flows.stdout)\n\(flows.stderr.suffix(3000))")
+        for name in ["list", "group", "report", "hangs", "top", "hostile"] {
+            let size =
+                (try? FileManager.default.attributesOfItem(atPath: shots + "/crash-browser-\(name).png")[.size]) as? Int
+            #expect((size ?? 0) > 10_000, "screenshot \(name): \(size ?? 0) bytes")
+        }
+    }
 }
