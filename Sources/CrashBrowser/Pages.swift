@@ -65,11 +65,10 @@ struct Page {
     }
 
     func dailyChart(_ counts: [Int], width: Int = 112, height: Int = 24) -> String {
-        Chart.bars(counts, width: width, height: height) { index in
-            let daysAgo = counts.count - 1 - index
-            return "\(counts[index]) events "
-                + (daysAgo == 0 ? "in the last 24 h" : "\(daysAgo)–\(daysAgo + 1) days ago")
-        }
+        Chart.bars(
+            counts, width: width, height: height,
+            label: "events a day, oldest first (the last is the last 24 h): "
+                + counts.map(String.init).joined(separator: " "))
     }
 
     // MARK: the list of groups

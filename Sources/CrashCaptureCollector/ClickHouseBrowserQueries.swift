@@ -10,8 +10,35 @@ internal import Foundation
 final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
     let store: ClickHouseStore
 
+    /// The column each derived value is read from: a `MATERIALIZED` column of the table, computed
+    /// once as each row is inserted, or (a `Distributed` table, whose shards the collector does not
+    /// alter) the expression itself, computed at every read.
+    let columns: [String: String]
+
     init(_ store: ClickHouseStore) throws {
         self.store = store
+        let derived = [
+            ("fingerprint", Self.fingerprint), ("title", Self.title), ("signal", Self.signal), ("user", Self.user),
+            ("install", Self.install), ("host", Self.host), ("os", Self.os),
+        ]
+        let engine = try store.run(
+            "SELECT engine FROM system.tables WHERE database = '\(store.database)' AND name = '\(store.table)'"
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        var columns = Dictionary(uniqueKeysWithValues: derived)
+        if engine.hasSuffix("MergeTree") {
+            let existing = Set(
+                try store.run(
+                    "SELECT name FROM system.columns WHERE database = '\(store.database)' AND table = '\(store.table)'"
+                ).split(separator: "\n").map(String.init))
+            for (name, expression) in derived {
+                let column = "browser_" + name
+                if !existing.contains(column) {
+                    try store.run("ALTER TABLE \(store.table) ADD COLUMN \(column) String MATERIALIZED \(expression)")
+                }
+                columns[name] = column
+            }
+        }
+        self.columns = columns
     }
 
     /// The columns the pages use, as expressions over the table's own (`c`: the events of one kind).
@@ -30,9 +57,10 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
     /// The events of the filter's kind with the columns named, as a subquery.
     var indexed: String {
         """
-        (SELECT event_id, event, \(Self.fingerprint) AS fingerprint, \(Self.title) AS title, app_name AS app,
-            app_version AS version, time AS time_ms, \(Self.user) AS user, \(Self.install) AS install,
-            \(Self.signal) AS signal, \(Self.host) AS host, \(Self.os) AS os, properties
+        (SELECT event_id, event, \(columns["fingerprint"]!) AS fingerprint, \(columns["title"]!) AS title,
+            app_name AS app, app_version AS version, time AS time_ms, \(columns["user"]!) AS user,
+            \(columns["install"]!) AS install, \(columns["signal"]!) AS signal, \(columns["host"]!) AS host,
+            \(columns["os"]!) AS os, properties
          FROM \(store.table) FINAL WHERE event IN ('$AppCrashed', '$AppHang'))
         """
     }
@@ -97,7 +125,8 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
             let app = Self.text(row["last_app"])
             let newVersion = filter.version.isEmpty ? newest[app] ?? "" : filter.version
             return GroupSummary(
-                fingerprint: fingerprint, title: Self.text(row["last_title"]), app: app, events: Int(Self.int(row["n"])),
+                fingerprint: fingerprint, title: Self.text(row["last_title"]), app: app,
+                events: Int(Self.int(row["n"])),
                 users: Int(Self.int(row["users"])), installs: Int(Self.int(row["installs"])),
                 firstSeen: Self.int(row["f"]), firstVersion: Self.text(row["first_version"]),
                 lastSeen: Self.int(row["l"]), lastVersion: Self.text(row["last_version"]),
