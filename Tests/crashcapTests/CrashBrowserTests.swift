@@ -245,6 +245,30 @@ import Testing
         #expect(html.contains("<input type=\"hidden\" name=\"token\" value=\"s3cret\">"), "and the filter form")
     }
 
+    /// Listening on every address (with a token, as it must), the collector answers pages only
+    /// to connections that arrive at loopback, until `--ui-host` names the address they arrive at.
+    @Test func pagesAnswerLoopbackUnlessUIHostSaysOtherwise() throws {
+        let addresses = try run("/usr/bin/hostname", ["-I"]).stdout.split(separator: " ").map(String.init)
+        let outside = try #require(
+            addresses.first { $0.contains(".") && !$0.hasPrefix("127.") }, "no IPv4 address but loopback here")
+        for (arguments, expected) in [
+            ([String](), "404"), (["--ui-host", "0.0.0.0"], "200"), (["--ui-host", outside], "200"),
+        ] {
+            let collector = try CollectorProcess(["--host", "0.0.0.0", "--token", "t"] + arguments)
+            let port = try #require(collector.base.split(separator: ":").last.map(String.init))
+            let fromOutside = try run(
+                "/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "http://\(outside):\(port)/?token=t"])
+            #expect(fromOutside.stdout == expected, "\(arguments)")
+            let fromLoopback = try run(
+                "/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:\(port)/?token=t"])
+            #expect(fromLoopback.stdout == "200", "\(arguments)")
+            // Uploads and /health are not pages: they answer on every address, as before.
+            let health = try run(
+                "/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "http://\(outside):\(port)/health"])
+            #expect(health.stdout == "200")
+        }
+    }
+
     /// `crashcap serve DIR`: the app's own store, read, never written; no upload route.
     @Test func serveShowsAnAppsOwnStore() throws {
         let fixture = try Self.fixture.get()
