@@ -29,8 +29,14 @@ package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
                 title TEXT NOT NULL, app TEXT NOT NULL, version TEXT NOT NULL, time_ms INTEGER NOT NULL,
                 user TEXT NOT NULL, install TEXT NOT NULL, signal TEXT NOT NULL, host TEXT NOT NULL,
                 os TEXT NOT NULL, context TEXT NOT NULL);
-            CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_group ON crash_index(fingerprint, time_ms);
             CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_kind ON crash_index(kind, time_ms);
+            -- Covering indexes: the list groups a kind's rows by fingerprint, and a group's numbers
+            -- read its rows, from the index alone (1,000,000 events: the list took 960 ms with
+            -- table lookups for every row, crashcap-bench browser).
+            CREATE INDEX IF NOT EXISTS \(schema).crash_index_list
+                ON crash_index(kind, fingerprint, time_ms, app, version, signal);
+            CREATE INDEX IF NOT EXISTS \(schema).crash_index_group
+                ON crash_index(fingerprint, time_ms, event_id, kind, app, version, signal, user, install, host, os);
             CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_seq ON crash_index(seq);
             CREATE TABLE IF NOT EXISTS \(schema).crash_groups(
                 fingerprint TEXT PRIMARY KEY, first_ms INTEGER NOT NULL, first_version TEXT NOT NULL) WITHOUT ROWID;
