@@ -12,35 +12,18 @@ internal import Foundation
 final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
     let store: ClickHouseStore
 
-    /// The column each derived value is read from: a `MATERIALIZED` column of the table, computed
-    /// once as each row is inserted, or (a `Distributed` table, whose shards the collector does not
-    /// alter) the expression itself, computed at every read.
+    /// The expression each derived value is read with, computed at every read. MATERIALIZED
+    /// columns added to the table were faster to read, but a `Distributed` table made `AS` the
+    /// table (as Fleet.md shows) then refused every insert ("Cannot insert column
+    /// browser_fingerprint, because it is MATERIALIZED column"): the collector leaves the table as it is.
     let columns: [String: String]
 
     init(_ store: ClickHouseStore) throws {
         self.store = store
-        let derived = [
-            ("fingerprint", Self.fingerprint), ("title", Self.title), ("signal", Self.signal), ("user", Self.user),
-            ("install", Self.install), ("host", Self.host), ("os", Self.os),
+        columns = [
+            "fingerprint": Self.fingerprint, "title": Self.title, "signal": Self.signal, "user": Self.user,
+            "install": Self.install, "host": Self.host, "os": Self.os,
         ]
-        let engine = try store.run(
-            "SELECT engine FROM system.tables WHERE database = '\(store.database)' AND name = '\(store.table)'"
-        ).trimmingCharacters(in: .whitespacesAndNewlines)
-        var columns = Dictionary(uniqueKeysWithValues: derived)
-        if engine.hasSuffix("MergeTree") {
-            let existing = Set(
-                try store.run(
-                    "SELECT name FROM system.columns WHERE database = '\(store.database)' AND table = '\(store.table)'"
-                ).split(separator: "\n").map(String.init))
-            for (name, expression) in derived {
-                let column = "browser_" + name
-                if !existing.contains(column) {
-                    try store.run("ALTER TABLE \(store.table) ADD COLUMN \(column) String MATERIALIZED \(expression)")
-                }
-                columns[name] = column
-            }
-        }
-        self.columns = columns
     }
 
     /// The columns the pages use, as expressions over the table's own (`c`: the events of one kind).
@@ -228,11 +211,14 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         }
         // ClickHouse 18.16 has no function that lists a JSON object's members: the distinct
         // context objects are counted there (a fleet's contexts repeat), and their members here.
+        // Each event once, first: the copies of one event may spell its context in another order.
         var members: [String: Int] = [:]
         for row in try rows(
             """
-            SELECT visitParamExtractRaw(properties, 'crash_context') AS context, uniqExact(event_id) AS n FROM \(indexed)
-            WHERE \(conditions) GROUP BY context
+            SELECT context, count() AS n FROM (
+                SELECT event_id, any(visitParamExtractRaw(properties, 'crash_context')) AS context FROM \(indexed)
+                WHERE \(conditions) GROUP BY event_id)
+            GROUP BY context
             """)
         {
             guard
