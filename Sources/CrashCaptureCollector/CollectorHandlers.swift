@@ -132,7 +132,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {  // 
             let request = IngestCollector.Request(
                 method: head.method.rawValue, target: head.uri,
                 headers: Dictionary(head.headers.map { ($0.name.lowercased(), $0.value) }) { $1 },
-                body: Data(body.readBytes(length: body.readableBytes) ?? []))
+                body: Data(body.readBytes(length: body.readableBytes) ?? []),
+                local: context.channel.localAddress?.ipAddress)
             let keepAlive = head.isKeepAlive
             let version = head.version
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)

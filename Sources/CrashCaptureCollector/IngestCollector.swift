@@ -1,3 +1,4 @@
+internal import CrashBrowser
 package import CrashCapture
 internal import CrashFileFormat
 package import Foundation
@@ -52,6 +53,9 @@ package final class IngestCollector: @unchecked Sendable {
         /// When set, uploads and `GET /events` must carry it (`?token=`, as the Sensors SDKs'
         /// server URL does, or `Authorization: Bearer`). Required to listen beyond loopback.
         package var token: String?
+        /// The crash browser's pages answer connections that arrive at a loopback address, and
+        /// at this one too when set (`0.0.0.0` or `::`: any); other connections get 404 for them.
+        package var uiHost: String?
         package init() {}
     }
 
@@ -61,11 +65,18 @@ package final class IngestCollector: @unchecked Sendable {
     package enum Storage: Sendable {
         case sqlite(path: String)
         case clickHouse(URL)
+        /// No uploads: the crash browser's pages over an app's own `events.sqlite`, which is only
+        /// read (`crashcap serve`).
+        case pagesOnly(path: String)
     }
 
     /// The SQLite store; nil when the events go to ClickHouse.
     package let store: EventStore?
     package let clickHouse: ClickHouseStore?
+    /// The crash browser's pages, over the same store.
+    let browser: CrashBrowser
+    /// Serving pages only (`Storage.pagesOnly`): every other route is 404.
+    let pagesOnly: Bool
     package private(set) var port: UInt16 = 0
     let host: String
     let faults: Faults
@@ -112,14 +123,25 @@ package final class IngestCollector: @unchecked Sendable {
             // own: run by the commit that crossed the threshold, the copy and its two fsyncs held
             // every client for about 50 ms, every 45,000 events (under wrk with 4 connections, p99
             // 52-58 ms against 6.6-7.7 ms on its own thread).
-            store = try EventStore(
+            let store = try EventStore(
                 path: path, limits: .init(maximumEvents: .max, maximumBytes: .max), checkpointPages: 8192,
                 backgroundCheckpoints: true)
+            self.store = store
             clickHouse = nil
+            browser = CrashBrowser(
+                queries: try SQLiteBrowserQueries(path: path, persistent: true), token: limits.token)
         case .clickHouse(let url):
             store = nil
-            clickHouse = try ClickHouseStore(url: url)
+            let clickHouse = try ClickHouseStore(url: url)
+            self.clickHouse = clickHouse
+            browser = CrashBrowser(queries: try ClickHouseBrowserQueries(clickHouse), token: limits.token)
+        case .pagesOnly(let path):
+            store = nil
+            clickHouse = nil
+            browser = CrashBrowser(
+                queries: try SQLiteBrowserQueries(path: path, persistent: false), token: limits.token)
         }
+        if case .pagesOnly = storage { pagesOnly = true } else { pagesOnly = false }
         database.start()
         decoders.start()
         do {
@@ -174,7 +196,15 @@ package final class IngestCollector: @unchecked Sendable {
     }
 
     static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        host == "localhost" || host == "::1" || host.hasPrefix("127.") || host.hasPrefix("::ffff:127.")
+    }
+
+    /// The pages are for loopback unless `uiHost` names the address a connection came in on.
+    func pagesAllowed(on local: String?) -> Bool {
+        guard let local else { return false }
+        if Self.isLoopback(local) { return true }
+        guard let uiHost = limits.uiHost else { return false }
+        return uiHost == "0.0.0.0" || uiHost == "::" || uiHost == local
     }
 
     /// Whether a request carries the token, where one is set.
@@ -269,6 +299,8 @@ package final class IngestCollector: @unchecked Sendable {
         var target: String
         var headers: [String: String]
         var body: Data
+        /// The address the connection arrived at.
+        var local: String? = nil
         /// The target without its query.
         var path: String { target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target }
     }
@@ -310,7 +342,10 @@ package final class IngestCollector: @unchecked Sendable {
             return eventLoop.scheduleTask(in: delay) { answer }.futureResult
         }
         let answer: EventLoopFuture<Response>
-        if let upload = uploadBody(request) {
+        if pagesOnly && !CrashBrowser.serves(request.path) {
+            answer = eventLoop.makeSucceededFuture(
+                Response(status: 404, body: "{\"error\":\"only the crash browser's pages here\"}"))
+        } else if let upload = uploadBody(request) {
             let beacon = request.path == "/sa.gif"
             answer = decodeSoon(upload, on: eventLoop).flatMap { (decoded: Decoded) in
                 switch decoded {
@@ -327,6 +362,15 @@ package final class IngestCollector: @unchecked Sendable {
 
     func route(_ request: Request) -> Response {
         let path = request.path
+        if CrashBrowser.serves(path) {
+            guard pagesAllowed(on: request.local) else {
+                return Response(status: 404, body: "{\"error\":\"no route \(path)\"}")
+            }
+            let page = browser.respond(method: request.method, target: request.target)
+            var response = Response(status: page.status, data: page.body, contentType: page.contentType)
+            response.extraHeaders = page.headers
+            return response
+        }
         if path != "/health" && !authorized(request) {
             return Response(status: 401, body: "{\"error\":\"a token is required: ?token= or Authorization: Bearer\"}")
         }

@@ -86,6 +86,12 @@ extension Crashcap {
         )
         var token: String?
 
+        @Option(
+            help: ArgumentHelp(
+                "The crash browser's pages (/, /groups/..., /reports/..., /top) answer connections to loopback only; also to this address (0.0.0.0: any). With --token, the pages ask for ?token= too.",
+                valueName: "address"))
+        var uiHost: String?
+
         func validate() throws {
             if (db == nil) == (clickhouse == nil) {
                 throw ValidationError(
@@ -119,6 +125,7 @@ extension Crashcap {
             limits.maximumConnections = maxConnections
             limits.maximumBody = maxBody
             limits.token = token ?? ProcessInfo.processInfo.environment["CRASHCAPTURE_COLLECTOR_TOKEN"]
+            limits.uiHost = uiHost
             let collector: IngestCollector
             do {
                 let storage: IngestCollector.Storage

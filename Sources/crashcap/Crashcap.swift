@@ -15,6 +15,7 @@ struct Crashcap: ParsableCommand {
         version: CrashCapture.version,
         subcommands: [
             Harness.self, Show.self, List.self, Export.self, Replay.self, Upload.self, Watch.self, Collect.self,
+            Serve.self,
             Symbols.self,
         ]
     )

@@ -116,11 +116,11 @@ import Testing
         #expect(Int(try server.query("SELECT count() FROM events", database: "crashcap").trimmed) == batches * perBatch)
     }
 
-    /// The README's two-shard setup, on two ClickHouse servers on loopback: the shards' own
+    /// Docs/Fleet.md's two-shard setup (the README points there), on two ClickHouse servers on loopback: the shards' own
     /// `events` tables, a `Distributed` table over them sharded by `event_id`, and collectors
     /// writing into it. Every event is on one shard, a duplicate on the same one, and the
     /// Distributed table read with FINAL holds each event once.
-    @Test func twoShardDistributedTableAsTheREADMEShows() throws {
+    @Test func twoShardDistributedTableAsFleetShows() throws {
         let secondPort = ClickHouseServer.freePort()
         let second = try ClickHouseServer(directory: makeTemporaryDirectory("shard2"), tcpPort: secondPort)
         let firstPort = ClickHouseServer.freePort()
@@ -130,11 +130,11 @@ import Testing
         for server in [first, second] {
             _ = try CollectorProcess(clickHouse: server.url + "?database=crashcap")
         }
-        let readme = try String(contentsOfFile: Paths.packageRoot + "/README.md", encoding: .utf8)
+        let fleet = try String(contentsOfFile: Paths.packageRoot + "/Docs/Fleet.md", encoding: .utf8)
         let distributed =
             "CREATE TABLE crashcap.events_all AS crashcap.events\n"
             + "    ENGINE = Distributed(crashcap_cluster, crashcap, events, cityHash64(event_id))"
-        #expect(readme.contains(distributed), "the README shows this statement")
+        #expect(fleet.contains(distributed), "Docs/Fleet.md shows this statement")
         try first.query(distributed)
         let collectors = try (0..<2).map { _ in
             try CollectorProcess(clickHouse: first.url + "?database=crashcap&table=events_all")

@@ -11,7 +11,9 @@ import Testing
 /// installs); then, from another directory and with a bare environment, what it installed works
 /// without the checkout or the toolchain, as the README says it does.
 @Suite(.serialized) struct InstallScriptTests {
-    static let subcommands = ["harness", "show", "list", "export", "replay", "upload", "watch", "collect", "symbols"]
+    static let subcommands = [
+        "harness", "show", "list", "export", "replay", "upload", "watch", "collect", "serve", "symbols",
+    ]
 
     /// The fenced block that follows `<!-- marker -->` in the README, verbatim.
     static func readmeBlock(after marker: String) throws -> String {

@@ -36,7 +36,7 @@ package final class EventStore: @unchecked Sendable {
     /// them once. A raw 0x01 cannot occur in our JSON, where control characters are always escaped.
     package static let contextMarker = "\u{1}"
     /// Every read gives the payload back whole.
-    static let payloadColumn =
+    package static let payloadColumn =
         "CASE WHEN context = 0 THEN payload ELSE replace(payload, char(1), (SELECT text FROM contexts WHERE id = context)) END"
 
     package let path: String

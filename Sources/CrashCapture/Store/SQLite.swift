@@ -3,11 +3,11 @@ internal import Foundation
 
 /// A thin, strict wrapper over one SQLite connection: every failure is an error with
 /// SQLite's own message, and statements are finalized when dropped.
-final class SQLiteConnection {
+package final class SQLiteConnection {
     let handle: OpaquePointer
     let path: String
 
-    init(path: String) throws {
+    package init(path: String) throws {
         var db: OpaquePointer?
         // A link under the store's name (or its -wal, -shm) is refused, never read or written through.
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
@@ -24,7 +24,7 @@ final class SQLiteConnection {
 
     deinit { sqlite3_close_v2(handle) }
 
-    func execute(_ sql: String) throws {
+    package func execute(_ sql: String) throws {
         var error: UnsafeMutablePointer<CChar>?
         let status = sqlite3_exec(handle, sql, nil, nil, &error)
         if status != SQLITE_OK {
@@ -34,7 +34,7 @@ final class SQLiteConnection {
         }
     }
 
-    func prepare(_ sql: String) throws -> SQLiteStatement {
+    package func prepare(_ sql: String) throws -> SQLiteStatement {
         var statement: OpaquePointer?
         let status = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
         guard status == SQLITE_OK, let statement else { throw error(status) }
@@ -58,7 +58,7 @@ final class SQLiteConnection {
         }
     }
 
-    func scalarInt(_ sql: String) throws -> Int64 {
+    package func scalarInt(_ sql: String) throws -> Int64 {
         let statement = try prepare(sql)
         // An unfinished statement holds a read transaction open; end it before returning.
         defer { statement.reset() }
@@ -76,7 +76,7 @@ final class SQLiteConnection {
     var changes: Int { Int(sqlite3_changes(handle)) }
 }
 
-final class SQLiteStatement {
+package final class SQLiteStatement {
     let connection: SQLiteConnection
     let handle: OpaquePointer
 
@@ -87,17 +87,17 @@ final class SQLiteStatement {
 
     deinit { sqlite3_finalize(handle) }
 
-    func reset() {
+    package func reset() {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
     }
 
-    func bind(_ index: Int32, _ value: Int64) throws {
+    package func bind(_ index: Int32, _ value: Int64) throws {
         let status = sqlite3_bind_int64(handle, index, value)
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
-    func bind(_ index: Int32, _ value: String) throws {
+    package func bind(_ index: Int32, _ value: String) throws {
         // From the string's own bytes: passing the String as a C string made a copy of it first
         // (tens of MB for a large crash report's payload), which SQLite then copies again.
         var value = value
@@ -127,23 +127,23 @@ final class SQLiteStatement {
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
-    func bindNull(_ index: Int32) throws {
+    package func bindNull(_ index: Int32) throws {
         let status = sqlite3_bind_null(handle, index)
         if status != SQLITE_OK { throw connection.error(status) }
     }
 
-    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
 
     /// True while a row is available; false when done.
     @discardableResult
-    func step() throws -> Bool {
+    package func step() throws -> Bool {
         let status = sqlite3_step(handle)
         if status == SQLITE_ROW { return true }
         if status == SQLITE_DONE { return false }
         throw connection.error(status)
     }
 
-    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    package func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
 
     func blob(_ column: Int32) -> [UInt8] {
         let count = Int(sqlite3_column_bytes(handle, column))
@@ -151,7 +151,7 @@ final class SQLiteStatement {
         return Array(UnsafeRawBufferPointer(start: pointer, count: count))
     }
 
-    func text(_ column: Int32) -> String {
+    package func text(_ column: Int32) -> String {
         guard let pointer = sqlite3_column_text(handle, column) else { return "" }
         return String(cString: pointer)
     }
