@@ -120,6 +120,34 @@ final class MinidumpReceiver {
         #expect((accepted.first?["dump"] as? [String: Any])?["magic"] as? String == "MDMP")
     }
 
+    /// `crashcap watch` as a sidecar: a C crash under the watch reaches the receiver as a
+    /// minidump without the app starting again, once, even after the watch has looked again.
+    @Test func theWatchSendsEachCrashOnce() throws {
+        let receiver = try MinidumpReceiver()
+        let directory = makeTemporaryDirectory("minidump-watch")
+        let watch = try Child(
+            Paths.crashcap, ["watch", directory, "--minidump-url", receiver.url + "/api/9/minidump/?sentry_key=ab12"])
+        #expect(watch.waitForOutput("watching"), "\(watch.stderr)")
+        let crashed = try run(
+            Paths.cSample, ["null-read"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(crashed.signal == SIGSEGV)
+        let deadline = Date().addingTimeInterval(20)
+        while receiver.accepted.isEmpty && Date() < deadline { usleep(20_000) }
+        // A second crash: the first is not sent again with it.
+        let again = try run(
+            Paths.cSample, ["abort"], environment: ["CRASHCAPTURE_DIR": directory, "SWIFT_BACKTRACE": "enable=no"])
+        #expect(again.signal == SIGABRT)
+        let later = Date().addingTimeInterval(20)
+        while receiver.accepted.count < 2 && Date() < later { usleep(20_000) }
+        kill(watch.pid, SIGTERM)
+        #expect(watch.wait(timeout: 10))
+        let accepted = receiver.accepted
+        #expect(accepted.count == 2, "\(accepted) \(watch.stdout) \(watch.stderr)")
+        #expect(accepted.allSatisfy { ($0["dump"] as? [String: Any])?["magic"] as? String == "MDMP" })
+        let names = accepted.compactMap { ($0["dump"] as? [String: Any])?["filename"] as? String }
+        #expect(Set(names).count == 2, "two crashes, two dumps: \(names)")
+    }
+
     func request(in accepted: [[String: Any]], _ key: String) -> [String] {
         accepted.compactMap { $0[key] as? String }
     }
