@@ -180,13 +180,23 @@ void cc_walk_async_chain(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t *fr
             uintptr_t link[2];  // the parent context, and the function it resumes at
             // A context's parent is another context (or none), never an address in a module: a
             // heap object's first word, its type's metadata, is, which tells the two apart.
-            while (context != 0 && (context & 7) == 0 && found < max && cc_read_words(context, link, 2) &&
-                   cc_in_any_module(link[1]) && !cc_in_any_module(link[0])) {
+            // A task's chain ends at its root context, whose parent is none; a word that only
+            // looked like a context leads, a link or two on, to one that is neither: that chain
+            // is dropped and the walk goes on up the stack (a stale heap pointer in a non-async
+            // frame's slot once hid a release server's whole request path).
+            bool ended = false;
+            while (found < max) {
+                if (context == 0) {
+                    ended = true;
+                    break;
+                }
+                if ((context & 7) != 0 || !cc_read_words(context, link, 2) || !cc_in_any_module(link[1]) ||
+                    cc_in_any_module(link[0]) || link[0] == context)
+                    break;
                 frames[found++] = link[1];
-                if (link[0] == context) break;
                 context = link[0];
             }
-            if (found > 0) {
+            if (found > 0 && (ended || found == max)) {
                 *owner = function_pc;
                 *count = found;
                 return;
