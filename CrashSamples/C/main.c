@@ -274,6 +274,23 @@ static void run(const char *kind) {
     }
 }
 
+// crc32 FILE...: the crash path's CRC-32 of each file's bytes, in hex, a line each.
+static int print_crc32(int count, char **paths) {
+    for (int i = 0; i < count; i++) {
+        FILE *file = fopen(paths[i], "rb");
+        if (file == NULL) return 66;
+        fseek(file, 0, SEEK_END);
+        long size = ftell(file);
+        rewind(file);
+        unsigned char *bytes = malloc(size > 0 ? (size_t)size : 1);
+        if (bytes == NULL || fread(bytes, 1, (size_t)size, file) != (size_t)size) return 74;
+        fclose(file);
+        printf("%08x\n", crashcapture_test_crc32(0, bytes, (size_t)size));
+        free(bytes);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--list") == 0) {
         for (int i = 0; sample_c_kind_at(i) != NULL; i++) puts(sample_c_kind_at(i));
@@ -287,6 +304,7 @@ int main(int argc, char **argv) {
     if (strcmp(kind, "selfcheck") == 0) return selfcheck(getenv("CRASHCAPTURE_DIR"));
     if (strcmp(kind, "refusals") == 0) return refusals(getenv("CRASHCAPTURE_DIR"));
     if (strcmp(kind, "measure-install") == 0) return measure_install(getenv("CRASHCAPTURE_DIR"));
+    if (strcmp(kind, "crc32") == 0) return print_crc32(argc - 2, argv + 2);
     const char *context = "main";
     const char *chain = "none";
     const char *main_waits = NULL;

@@ -23,6 +23,37 @@ import Testing
         return (result, directory)
     }
 
+    /// The crash path's CRC-32 folds 64 bytes a step with carry-less multiplication from 4 KiB
+    /// up (a crash's stacks record), the tables below that: both held to Python's zlib.crc32 at
+    /// lengths around each boundary (16, 64, the 4 KiB switch) and at random ones up to 1 MiB.
+    @Test func theCrashPathsCRC32IsZlibsAtEveryLength() throws {
+        let directory = makeTemporaryDirectory("crc32")
+        var generator = SystemRandomNumberGenerator()
+        var lengths = [0, 1, 7, 8, 15, 16, 63, 64, 65, 4095, 4096, 4097, 4111, 4112, 4159, 4160, 4161, 819_200]
+        lengths += (0..<24).map { _ in Int.random(in: 4096...1_048_576, using: &generator) }
+        var paths: [String] = []
+        for (index, length) in lengths.enumerated() {
+            let path = directory + "/\(index)"
+            try Data((0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }).write(
+                to: URL(fileURLWithPath: path))
+            paths.append(path)
+        }
+        let ours = try run(Paths.cSample, ["crc32"] + paths)
+        #expect(ours.exitCode == 0, "\(ours.stderr)")
+        let zlib = try run(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                "import sys, zlib\nfor p in sys.argv[1:]: print('%08x' % zlib.crc32(open(p, 'rb').read()))",
+            ]
+                + paths)
+        #expect(zlib.exitCode == 0, "\(zlib.stderr)")
+        let pairs = zip(lengths, zip(ours.stdout.split(separator: "\n"), zlib.stdout.split(separator: "\n")))
+        #expect(
+            pairs.count { $0.1.0 != $0.1.1 } == 0, "lengths that differ: \(pairs.filter { $0.1.0 != $0.1.1 }.map(\.0))")
+        #expect(ours.stdout.split(separator: "\n").count == lengths.count)
+    }
+
     @Test func segfaultInSwiftOnTheMainThread() throws {
         let (result, directory) = try crash(Paths.swiftSample, "swift-null-read")
         #expect(result.signal == SIGSEGV)

@@ -48,6 +48,11 @@ void cc_step_done(int step) {
 
 void crashcapture_test_finish_install(void) { cc_install_rest_finish(); }
 
+uint32_t crashcapture_test_crc32(uint32_t crc, const void *data, size_t n) {
+    cc_crc32_prepare();
+    return cc_crc32(crc, data, n);
+}
+
 size_t crashcapture_test_install_steps(char *out, size_t capacity) {
     cc_buf b = {out, 0, capacity > 0 ? capacity - 1 : 0, false};
     cc_buf_append_str(&b, "{");

@@ -64,6 +64,7 @@ typedef struct cc_findings {
     int64_t kept_files_ns, unwind_ns, events_ns;
     // Copying every thread's stack memory into the stacks record, and the record's size.
     int64_t stacks_ns;
+    int64_t stacks_write_ns;  // the stacks record's write, after the report is durable
     size_t stacks_bytes;
 } cc_findings;
 extern cc_findings cc_found;

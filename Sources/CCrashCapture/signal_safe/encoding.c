@@ -138,11 +138,79 @@ static uint32_t cc_crc32_by_nibble(uint32_t crc, const unsigned char *p, size_t 
     return crc;
 }
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+// CRC-32 by carry-less multiplication (Intel's "Fast CRC Computation for Generic Polynomials
+// Using PCLMULQDQ", for the bit-reflected IEEE polynomial): four 16-byte lanes folded 64 bytes a
+// step, then to one lane, then Barrett-reduced to 32 bits. About five times the tables' speed:
+// the stacks record of a crash among 256 threads is 800 KiB, which the tables take 0.27 ms over.
+// `crc` is the running value without the final inversion; n is a multiple of 16, at least 64.
+__attribute__((target("pclmul,sse4.1"))) static uint32_t cc_crc32_folded(uint32_t crc, const unsigned char *p,
+                                                                        size_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);
+    const __m128i poly_mu = _mm_set_epi64x(0x1f7011641, 0x1db710641);
+    const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)crc));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    p += 64;
+    n -= 64;
+#define CC_FOLD(x, k, next) \
+    _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
+    for (; n >= 64; n -= 64, p += 64) {
+        x1 = CC_FOLD(x1, k1k2, _mm_loadu_si128((const __m128i *)p));
+        x2 = CC_FOLD(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x3 = CC_FOLD(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x4 = CC_FOLD(x4, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)));
+    }
+    x1 = CC_FOLD(x1, k3k4, x2);
+    x1 = CC_FOLD(x1, k3k4, x3);
+    x1 = CC_FOLD(x1, k3k4, x4);
+    for (; n >= 16; n -= 16, p += 16) x1 = CC_FOLD(x1, k3k4, _mm_loadu_si128((const __m128i *)p));
+#undef CC_FOLD
+    // 128 bits to 64 (and 32 zero bits appended), then to 32.
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(k3k4, x1, 0x01), _mm_srli_si128(x1, 8));
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), _mm_srli_si128(x1, 4));
+    // Barrett reduction.
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly_mu, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), poly_mu, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(t, x1), 1);
+}
+
+// Asked once, at the first long CRC (a crash's stacks record): one cpuid, an exit to the
+// hypervisor on a VM, is not worth it at every install.
+static _Atomic int cc_crc32_folding;  // 0 not asked, 1 yes, 2 no
+
+static bool cc_crc32_can_fold(void) {
+    int known = atomic_load_explicit(&cc_crc32_folding, memory_order_relaxed);
+    if (known == 0) {
+        unsigned int eax, ebx, ecx, edx;
+        bool yes = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_PCLMUL) && (ecx & bit_SSE4_1);
+        known = yes ? 1 : 2;
+        atomic_store_explicit(&cc_crc32_folding, known, memory_order_relaxed);
+    }
+    return known == 1;
+}
+#endif
+
 uint32_t cc_crc32(uint32_t crc, const void *data, size_t n) {
     const unsigned char *p = data;
     crc = ~crc;
     if (!cc_crc32_prepared) return ~cc_crc32_by_nibble(crc, p, n);
     const uint32_t(*t)[256] = cc_crc32_tables;
+#if defined(__x86_64__)
+    if (n >= 4096 && cc_crc32_can_fold()) {
+        size_t folded = n & ~(size_t)15;
+        crc = cc_crc32_folded(crc, p, folded);
+        p += folded;
+        n -= folded;
+    }
+#endif
     for (; n >= 8; n -= 8, p += 8) {
         uint32_t low = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
         crc = t[7][low & 0xff] ^ t[6][(low >> 8) & 0xff] ^ t[5][(low >> 16) & 0xff] ^ t[4][low >> 24] ^

@@ -456,6 +456,8 @@ size_t cc_build_timing(char *out, size_t cap, int64_t handler_ns, int64_t write_
     cc_buf_append_i64(&b, cc_found.events_ns);
     cc_buf_append_str(&b, ",\"stacks_ns\":");
     cc_buf_append_i64(&b, cc_found.stacks_ns);
+    cc_buf_append_str(&b, ",\"stacks_write_ns\":");
+    cc_buf_append_i64(&b, cc_found.stacks_write_ns);
     cc_buf_append_str(&b, ",\"stacks_bytes\":");
     cc_buf_append_u64(&b, cc_found.stacks_bytes);
     cc_buf_append_str(&b, ",\"threads\":");

@@ -314,6 +314,7 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
     // write that stops short (a disk full past the reserved space) is cut off again: a torn
     // record would make a replay set the whole file aside as damaged.
     if (cc_after != NULL && cc_global.record_offset + total + cc_after_len <= allowed) {
+        int64_t stacks_start = cc_monotonic_ns();
         off_t before = lseek(fd, 0, SEEK_CUR);
         if (cc_write_all(fd, cc_after, cc_after_len) == 0) {
             total += cc_after_len;
@@ -321,6 +322,7 @@ static void cc_write_timing(int fd, char *out, size_t total, size_t cap, uint64_
             (void)!ftruncate(fd, before);
             lseek(fd, before, SEEK_SET);
         }
+        cc_found.stacks_write_ns = cc_monotonic_ns() - stacks_start;
     }
     size_t timing = cc_build_timing(out + CCF_RECORD_HEADER_SIZE, cap - CCF_RECORD_HEADER_SIZE, handler_ns,
                                     write_ns, sync_ns, publish_ns, sync_ok, named_before_sync, directory_flushed);

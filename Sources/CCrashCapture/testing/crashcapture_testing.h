@@ -23,6 +23,10 @@ CRASHCAPTURE_API size_t crashcapture_test_install_steps(char *out, size_t capaci
 /// sample that must crash after it, whatever the machine's load.
 CRASHCAPTURE_API void crashcapture_test_finish_install(void);
 
+/// The crash path's CRC-32 of `n` bytes (IEEE, as zlib's crc32 and the crash file's records):
+/// for a test that holds it to another implementation at every length.
+CRASHCAPTURE_API uint32_t crashcapture_test_crc32(uint32_t crc, const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
