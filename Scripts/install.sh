@@ -83,10 +83,6 @@ fi
 cd "$root"
 scratch="$root/.build-install-$configuration"
 mkdir -p "$scratch"
-# One install.sh at a time in a folder: a second one (the test's, while Scripts/test.sh builds
-# in the background) waits here rather than staging over the first.
-exec 9>"$scratch/.install.lock"
-flock 9
 log="$scratch/build.log"
 build() {
     if ! "$@" >>"$log" 2>&1; then

@@ -29,15 +29,8 @@ Scripts/build-server-sample.sh
 Scripts/build-minimal-app.sh
 # What Scripts/install.sh installs, built in debug (the same layout and static linking as the
 # release it installs by default) into .build-install-debug: a test installs it into a prefix
-# of its own and uses it from elsewhere. Built beside the tests at the lowest priority: it is
-# the longest build here (2 minutes on 2 cores), while the tests leave more than a core idle
-# (their processes wait on crashes, hangs and servers). The test's install.sh waits for it
-# (install.sh holds a lock on the folder), and its failure fails this run.
-install_log="$run_tmp/install-build.log"
-# A process group of its own (setsid), so that a run that stops early stops all of it.
-setsid nice -n 19 sh Scripts/install.sh --configuration debug --build-only >"$install_log" 2>&1 &
-install_build=$!
-trap 'kill -- "-$install_build" 2>/dev/null; wait "$install_build" 2>/dev/null; rm -rf "$run_tmp"' EXIT
+# of its own and uses it from elsewhere.
+Scripts/install.sh --configuration debug --build-only
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
 # The DocC catalog: a broken symbol link or article fails the run. Only when a source changed
@@ -50,8 +43,3 @@ if [ ! -f "$docs_stamp" ] || [ -n "$(find Sources Package.swift -newer "$docs_st
     mv "$docs_stamp.next" "$docs_stamp"
 fi
 swift test "$@"
-if ! wait "$install_build"; then
-    cat "$install_log" >&2
-    echo "Scripts/install.sh --configuration debug --build-only failed" >&2
-    exit 1
-fi
