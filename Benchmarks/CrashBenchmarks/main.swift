@@ -155,9 +155,10 @@ case "ingest-clickhouse":
         seconds: option("--seconds", default: 5), connections: given > 0 ? [given] : [4, 128],
         batches: option("--batches", default: 500))
 case "browser":
+    let store = arguments.firstIndex(of: "--store").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
     try browserBenchmark(
         events: option("--events", default: 1_000_000), groups: option("--groups", default: 10_000),
-        rounds: option("--rounds", default: 10))
+        rounds: option("--rounds", default: 10), only: store)
 case "ingest":
     let other = arguments.firstIndex(of: "--collector").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
     try ingestUnderWrk(
@@ -169,7 +170,7 @@ case "ingest":
     try collectorMemory()
 default:
     FileHandle.standardError.write(
-        "usage: crashcap-bench crash [--runs N] | minidump [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] [--against OTHER.so] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N] | browser [--events N] [--groups N] [--rounds N]\n"
+        "usage: crashcap-bench crash [--runs N] | minidump [--runs N] | defaults | swift-install [--runs N] | preload [--runs N] [--against OTHER.so] | pipeline [--events N] | replay [--files N] | symbolicate [--units N] | journal [--idle-seconds N] | writer [--runs N] | track [--events N] | upload [--events N] | claim [--events N] [--runs N] | decode [--rounds N] | watch [--runs N] | ingest [--seconds N] [--connections N] [--batches N] [--collector PATH] | ingest-clickhouse [--seconds N] [--connections N] [--batches N] | otlp [--events N] [--rounds N] | hang [--hangs N] [--cpu-seconds N] | browser [--events N] [--groups N] [--rounds N] [--store sqlite|clickhouse]\n"
             .data(using: .utf8)!)
     exit(64)
 }

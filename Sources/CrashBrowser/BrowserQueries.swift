@@ -107,7 +107,7 @@ package struct GroupSummary: Sendable, Equatable {
     package var firstVersion: String
     package var lastSeen: Int64
     package var lastVersion: String
-    /// Events on each of the 14 days up to the filter's `now`, oldest first.
+    /// Events on each of the 14 UTC days up to the one the filter's `now` is in, oldest first.
     package var daily: [Int]
     /// The group's first event ever (whatever the filter) is in the version filtered on, or,
     /// without a version filter, in its app's newest version.
@@ -187,7 +187,7 @@ package struct GroupDetail: Sendable {
     package var summary: GroupSummary
     package var last24Hours: Int
     package var last30Days: Int
-    /// Events a day over the last 30 days up to `now`, oldest first.
+    /// Events on each of the 30 UTC days up to the one `now` is in, oldest first.
     package var daily30: [Int]
     package var facets: [Facet]
     /// Newest first, at most `eventsShown`.

@@ -67,7 +67,7 @@ struct Page {
     func dailyChart(_ counts: [Int], width: Int = 112, height: Int = 24) -> String {
         Chart.bars(
             counts, width: width, height: height,
-            label: "events a day, oldest first (the last is the last 24 h): "
+            label: "events a UTC day, oldest first (the last is today so far): "
                 + counts.map(String.init).joined(separator: " "))
     }
 

@@ -5,23 +5,45 @@ internal import Foundation
 /// app's own `events.sqlite` (`crashcap serve`). Crash and hang events are indexed into a table
 /// of their own (`crash_index`: the columns the pages filter, group and count by, read from each
 /// payload once with SQLite's JSON functions), caught up from the events table before each
-/// answer. The collector's index lives in its file (`main`), so that a restart does not read a
-/// million payloads again; an app's lives in the connection's `temp` schema, so that the app's
-/// own store is never written by the browser.
+/// answer, and summed as they arrive into small tables that the pages read instead of a million
+/// rows (Docs/Browser.md, "Where the numbers come from"): a row a group (`crash_groups`), a row a
+/// group, app, version and signal (`crash_combos`), the same a UTC day (`crash_days`), facet values
+/// (`crash_facets`), and each group's distinct users and installs with their last event's time.
+/// Every number stays exact under the page's filter: a time range counts its whole days from
+/// `crash_days` and the part of its first day from the index.
+/// The collector's tables live in its file (`main`), so that a restart does not read a million
+/// payloads again; an app's live in the connection's `temp` schema, so that the app's own store
+/// is never written by the browser.
 /// `@unchecked`: the one connection is used under `lock`.
 package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
-    private let connection: SQLiteConnection
-    private let schema: String
-    private let lock = NSLock()
+    let connection: SQLiteConnection
+    let schema: String
+    let lock = NSLock()
     /// The app's store keeps the last crash reports in `crash_history` after their events were
     /// uploaded and deleted: indexed too.
-    private let withHistory: Bool
+    let withHistory: Bool
 
-    /// `persistent`: the index in the store's own file (the collector's); else in `temp`.
+    /// The layout of the browser's tables; another in the file (an older collector's) is dropped
+    /// and indexed again from the events.
+    private static let layout = 2
+    private static let tables = [
+        "crash_index", "crash_groups", "crash_combos", "crash_days", "crash_facets", "crash_group_users",
+        "crash_group_installs", "crash_combo_users", "crash_combo_installs", "crash_versions", "crash_signals",
+    ]
+
+    /// `persistent`: the tables in the store's own file (the collector's); else in `temp`.
     package init(path: String, persistent: Bool) throws {
         connection = try SQLiteConnection(path: path)
         schema = persistent ? "main" : "temp"
         withHistory = !persistent
+        try connection.execute("CREATE TABLE IF NOT EXISTS \(schema).crash_browser_layout(version INTEGER NOT NULL)")
+        let found = try connection.scalarInt("SELECT coalesce(max(version), 0) FROM \(schema).crash_browser_layout")
+        if found != Self.layout {
+            try connection.execute(
+                Self.tables.map { "DROP TABLE IF EXISTS \(schema).\($0);" }.joined()
+                    + "DELETE FROM \(schema).crash_browser_layout; INSERT INTO \(schema).crash_browser_layout VALUES (\(Self.layout));"
+            )
+        }
         try connection.execute(
             """
             CREATE TABLE IF NOT EXISTS \(schema).crash_index(
@@ -29,17 +51,52 @@ package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
                 title TEXT NOT NULL, app TEXT NOT NULL, version TEXT NOT NULL, time_ms INTEGER NOT NULL,
                 user TEXT NOT NULL, install TEXT NOT NULL, signal TEXT NOT NULL, host TEXT NOT NULL,
                 os TEXT NOT NULL, context TEXT NOT NULL);
-            CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_kind ON crash_index(kind, time_ms);
-            -- Covering indexes: the list groups a kind's rows by fingerprint, and a group's numbers
-            -- read its rows, from the index alone (1,000,000 events: the list took 960 ms with
-            -- table lookups for every row, crashcap-bench browser).
-            CREATE INDEX IF NOT EXISTS \(schema).crash_index_list
-                ON crash_index(kind, fingerprint, time_ms, app, version, signal);
+            -- The part of a time range's first day, over every group.
+            CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_time
+                ON crash_index(kind, time_ms, fingerprint, app, version, signal);
+            -- One group's events: its latest, its charts' partial day, its facets under a range.
             CREATE INDEX IF NOT EXISTS \(schema).crash_index_group
-                ON crash_index(fingerprint, time_ms, event_id, kind, app, version, signal, user, install, host, os);
+                ON crash_index(fingerprint, kind, time_ms, event_id, app, version, signal, host, os, user, install);
             CREATE INDEX IF NOT EXISTS \(schema).crash_index_by_seq ON crash_index(seq);
+            -- A group over all time, whatever the filter: what the unfiltered list reads alone.
             CREATE TABLE IF NOT EXISTS \(schema).crash_groups(
-                fingerprint TEXT PRIMARY KEY, first_ms INTEGER NOT NULL, first_version TEXT NOT NULL) WITHOUT ROWID;
+                kind TEXT NOT NULL, fingerprint TEXT NOT NULL, title TEXT NOT NULL, app TEXT NOT NULL,
+                n INTEGER NOT NULL, users INTEGER NOT NULL, installs INTEGER NOT NULL,
+                first_ms INTEGER NOT NULL, first_version TEXT NOT NULL, last_ms INTEGER NOT NULL,
+                last_version TEXT NOT NULL, PRIMARY KEY (kind, fingerprint)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS \(schema).crash_groups_by_events ON crash_groups(kind, n DESC, fingerprint);
+            CREATE INDEX IF NOT EXISTS \(schema).crash_groups_by_last ON crash_groups(kind, last_ms DESC, fingerprint);
+            CREATE INDEX IF NOT EXISTS \(schema).crash_groups_by_first ON crash_groups(kind, first_ms DESC, fingerprint);
+            CREATE TABLE IF NOT EXISTS \(schema).crash_combos(
+                kind TEXT NOT NULL, fingerprint TEXT NOT NULL, app TEXT NOT NULL, version TEXT NOT NULL,
+                signal TEXT NOT NULL, n INTEGER NOT NULL, users INTEGER NOT NULL, installs INTEGER NOT NULL,
+                first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
+                PRIMARY KEY (kind, fingerprint, app, version, signal)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS \(schema).crash_combos_by_version ON crash_combos(kind, app, version, n);
+            CREATE TABLE IF NOT EXISTS \(schema).crash_days(
+                kind TEXT NOT NULL, fingerprint TEXT NOT NULL, day INTEGER NOT NULL, app TEXT NOT NULL,
+                version TEXT NOT NULL, signal TEXT NOT NULL, n INTEGER NOT NULL, first_ms INTEGER NOT NULL,
+                last_ms INTEGER NOT NULL, PRIMARY KEY (kind, fingerprint, day, app, version, signal)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS \(schema).crash_days_by_day ON crash_days(kind, day, n, first_ms, last_ms);
+            CREATE TABLE IF NOT EXISTS \(schema).crash_facets(
+                kind TEXT NOT NULL, fingerprint TEXT NOT NULL, facet TEXT NOT NULL, app TEXT NOT NULL,
+                version TEXT NOT NULL, signal TEXT NOT NULL, value TEXT NOT NULL, n INTEGER NOT NULL,
+                PRIMARY KEY (kind, fingerprint, facet, app, version, signal, value)) WITHOUT ROWID;
+            -- Each distinct user and install with the time of its last event, so that "users with
+            -- an event since T" is a count over an index range.
+            CREATE TABLE IF NOT EXISTS \(schema).crash_group_users(kind TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                user TEXT NOT NULL, last_ms INTEGER NOT NULL, PRIMARY KEY (kind, fingerprint, user)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS \(schema).crash_group_users_by_last ON crash_group_users(kind, fingerprint, last_ms);
+            CREATE TABLE IF NOT EXISTS \(schema).crash_group_installs(kind TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                install TEXT NOT NULL, last_ms INTEGER NOT NULL, PRIMARY KEY (kind, fingerprint, install)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS \(schema).crash_group_installs_by_last
+                ON crash_group_installs(kind, fingerprint, last_ms);
+            CREATE TABLE IF NOT EXISTS \(schema).crash_combo_users(kind TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                app TEXT NOT NULL, version TEXT NOT NULL, signal TEXT NOT NULL, user TEXT NOT NULL,
+                last_ms INTEGER NOT NULL, PRIMARY KEY (kind, fingerprint, app, version, signal, user)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS \(schema).crash_combo_installs(kind TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                app TEXT NOT NULL, version TEXT NOT NULL, signal TEXT NOT NULL, install TEXT NOT NULL,
+                last_ms INTEGER NOT NULL, PRIMARY KEY (kind, fingerprint, app, version, signal, install)) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS \(schema).crash_versions(
                 app TEXT NOT NULL, version TEXT NOT NULL, first_ms INTEGER NOT NULL, PRIMARY KEY (app, version))
                 WITHOUT ROWID;
@@ -66,14 +123,29 @@ package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
         CASE json_type(p, '$.properties.crash_context') WHEN 'object' THEN json_extract(p, '$.properties.crash_context') ELSE '{}' END
         """
 
-    /// Indexes what arrived since the last call.
+    /// Indexes what arrived since the last call, and adds it to the sums, in one transaction.
     private func catchUp() throws {
         let last = try connection.scalarInt("SELECT coalesce(max(seq), 0) FROM \(schema).crash_index")
         let before = try connection.scalarInt("SELECT coalesce(max(rowid), 0) FROM \(schema).crash_index")
+        try connection.execute("BEGIN IMMEDIATE")
+        do {
+            try indexAndSum(last: last, before: before)
+            try connection.execute("COMMIT")
+        } catch {
+            try? connection.execute("ROLLBACK")
+            throw error
+        }
+        // After a large catch-up, the planner's statistics again (a page chose a scan without them).
+        let after = try connection.scalarInt("SELECT coalesce(max(rowid), 0) FROM \(schema).crash_index")
+        if after - before > 10_000 { try connection.execute("ANALYZE \(schema)") }
+    }
+
+    private func indexAndSum(last: Int64, before: Int64) throws {
+        let s = schema
         // Most events are not crashes: a LIKE on the raw text passes over them before any JSON is parsed.
         try connection.execute(
             """
-            INSERT OR IGNORE INTO \(schema).crash_index(event_id, seq, kind, fingerprint, title, app, version, time_ms,
+            INSERT OR IGNORE INTO \(s).crash_index(event_id, seq, kind, fingerprint, title, app, version, time_ms,
                 user, install, signal, host, os, context)
             SELECT \(Self.columns.replacingOccurrences(of: "json_extract(p, '$.event_id')", with: "json_extract(p, '$.event_id'), seq")) FROM (
                 SELECT seq, \(EventStore.payloadColumn) AS p FROM main.events
@@ -83,66 +155,109 @@ package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
         if withHistory {
             try connection.execute(
                 """
-                INSERT OR IGNORE INTO \(schema).crash_index(event_id, seq, kind, fingerprint, title, app, version, time_ms,
+                INSERT OR IGNORE INTO \(s).crash_index(event_id, seq, kind, fingerprint, title, app, version, time_ms,
                     user, install, signal, host, os, context)
                 SELECT \(Self.columns.replacingOccurrences(of: "json_extract(p, '$.event_id')", with: "json_extract(p, '$.event_id'), 0")) FROM (
                     SELECT payload AS p FROM main.crash_history WHERE payload IS NOT NULL)
                 WHERE json_valid(p) AND json_extract(p, '$.event') IN ('$AppCrashed', '$AppHang')
                 """)
         }
-        // The small tables the list reads instead of scanning the index: each group's first event
-        // ever, each app's versions in the order they appeared, the signals there are.
+        // The rows just indexed (an event stored twice was ignored above, so it is never summed twice).
         try connection.execute(
             """
-            INSERT INTO \(schema).crash_groups(fingerprint, first_ms, first_version)
-            SELECT fingerprint, time_ms, version FROM (SELECT fingerprint, time_ms, version,
-                row_number() OVER (PARTITION BY fingerprint ORDER BY time_ms) AS n
-                FROM \(schema).crash_index WHERE rowid > \(before)) WHERE n = 1
-            ON CONFLICT(fingerprint) DO UPDATE SET first_ms = excluded.first_ms, first_version = excluded.first_version
-            WHERE excluded.first_ms < first_ms;
-            INSERT INTO \(schema).crash_versions(app, version, first_ms)
-            SELECT app, version, min(time_ms) FROM \(schema).crash_index WHERE rowid > \(before) GROUP BY app, version
-            ON CONFLICT(app, version) DO UPDATE SET first_ms = min(first_ms, excluded.first_ms);
-            INSERT OR IGNORE INTO \(schema).crash_signals(kind, signal)
-            SELECT DISTINCT kind, signal FROM \(schema).crash_index WHERE rowid > \(before);
+            DROP TABLE IF EXISTS temp.crash_fresh;
+            CREATE TEMP TABLE crash_fresh AS SELECT * FROM \(s).crash_index WHERE rowid > \(before);
+            INSERT INTO \(s).crash_groups(kind, fingerprint, title, app, n, users, installs, first_ms, first_version,
+                last_ms, last_version)
+            SELECT a.kind, a.fingerprint, l.title, l.app, a.n, 0, 0, f.t, f.version, l.t, l.version
+            FROM (SELECT kind, fingerprint, count(*) AS n FROM crash_fresh GROUP BY kind, fingerprint) a
+            -- SQLite's bare columns: the row of the min, or of the max.
+            JOIN (SELECT kind, fingerprint, min(time_ms) AS t, version FROM crash_fresh GROUP BY kind, fingerprint) f
+                USING (kind, fingerprint)
+            JOIN (SELECT kind, fingerprint, max(time_ms) AS t, version, title, app FROM crash_fresh
+                GROUP BY kind, fingerprint) l USING (kind, fingerprint)
+            WHERE true
+            ON CONFLICT (kind, fingerprint) DO UPDATE SET n = n + excluded.n,
+                first_version = CASE WHEN excluded.first_ms < first_ms THEN excluded.first_version ELSE first_version END,
+                first_ms = min(first_ms, excluded.first_ms),
+                title = CASE WHEN excluded.last_ms >= last_ms THEN excluded.title ELSE title END,
+                app = CASE WHEN excluded.last_ms >= last_ms THEN excluded.app ELSE app END,
+                last_version = CASE WHEN excluded.last_ms >= last_ms THEN excluded.last_version ELSE last_version END,
+                last_ms = max(last_ms, excluded.last_ms);
+            INSERT INTO \(s).crash_combos(kind, fingerprint, app, version, signal, n, users, installs, first_ms, last_ms)
+            SELECT kind, fingerprint, app, version, signal, count(*), 0, 0, min(time_ms), max(time_ms) FROM crash_fresh
+            GROUP BY kind, fingerprint, app, version, signal
+            ON CONFLICT (kind, fingerprint, app, version, signal) DO UPDATE SET n = n + excluded.n,
+                first_ms = min(first_ms, excluded.first_ms), last_ms = max(last_ms, excluded.last_ms);
+            INSERT INTO \(s).crash_days(kind, fingerprint, day, app, version, signal, n, first_ms, last_ms)
+            SELECT kind, fingerprint, time_ms / \(Self.day), app, version, signal, count(*), min(time_ms), max(time_ms)
+            FROM crash_fresh GROUP BY kind, fingerprint, time_ms / \(Self.day), app, version, signal
+            ON CONFLICT (kind, fingerprint, day, app, version, signal) DO UPDATE SET n = n + excluded.n,
+                first_ms = min(first_ms, excluded.first_ms), last_ms = max(last_ms, excluded.last_ms);
+            INSERT INTO \(s).crash_facets(kind, fingerprint, facet, app, version, signal, value, n)
+            SELECT kind, fingerprint, facet, app, version, signal, value, count(*) FROM (
+                SELECT kind, fingerprint, 'host' AS facet, app, version, signal, host AS value FROM crash_fresh
+                UNION ALL SELECT kind, fingerprint, 'OS', app, version, signal, os FROM crash_fresh
+                UNION ALL SELECT kind, fingerprint, 'context', app, version, signal, \(Self.contextMember)
+                    FROM crash_fresh, json_each(crash_fresh.context) AS j WHERE \(Self.contextMemberKept))
+            GROUP BY kind, fingerprint, facet, app, version, signal, value
+            ON CONFLICT (kind, fingerprint, facet, app, version, signal, value) DO UPDATE SET n = n + excluded.n;
+            -- Distinct users and installs: the pairs not seen before are counted, then kept.
+            DROP TABLE IF EXISTS temp.crash_fresh_people;
+            CREATE TEMP TABLE crash_fresh_people AS SELECT kind, fingerprint, app, version, signal, user, install,
+                max(time_ms) AS l FROM crash_fresh GROUP BY kind, fingerprint, app, version, signal, user, install;
             """)
-        // After a large catch-up, the planner's statistics again (a page chose a scan without them).
-        let after = try connection.scalarInt("SELECT coalesce(max(rowid), 0) FROM \(schema).crash_index")
-        if after - before > 10_000 { try connection.execute("ANALYZE \(schema)") }
+        for (column, table) in [("user", "users"), ("install", "installs")] {
+            try connection.execute(
+                """
+                UPDATE \(s).crash_groups SET \(table) = \(table) + x.c FROM (
+                    SELECT kind, fingerprint, count(*) AS c FROM (SELECT DISTINCT kind, fingerprint, \(column)
+                        FROM crash_fresh_people) p
+                    WHERE NOT EXISTS (SELECT 1 FROM \(s).crash_group_\(table) g WHERE g.kind = p.kind
+                        AND g.fingerprint = p.fingerprint AND g.\(column) = p.\(column))
+                    GROUP BY kind, fingerprint) x
+                WHERE crash_groups.kind = x.kind AND crash_groups.fingerprint = x.fingerprint;
+                UPDATE \(s).crash_combos SET \(table) = \(table) + x.c FROM (
+                    SELECT kind, fingerprint, app, version, signal, count(*) AS c FROM (SELECT DISTINCT kind, fingerprint,
+                        app, version, signal, \(column) FROM crash_fresh_people) p
+                    WHERE NOT EXISTS (SELECT 1 FROM \(s).crash_combo_\(table) g WHERE g.kind = p.kind
+                        AND g.fingerprint = p.fingerprint AND g.app = p.app AND g.version = p.version
+                        AND g.signal = p.signal AND g.\(column) = p.\(column))
+                    GROUP BY kind, fingerprint, app, version, signal) x
+                WHERE crash_combos.kind = x.kind AND crash_combos.fingerprint = x.fingerprint AND crash_combos.app = x.app
+                    AND crash_combos.version = x.version AND crash_combos.signal = x.signal;
+                INSERT INTO \(s).crash_group_\(table)(kind, fingerprint, \(column), last_ms)
+                SELECT kind, fingerprint, \(column), max(l) FROM crash_fresh_people GROUP BY kind, fingerprint, \(column)
+                ON CONFLICT (kind, fingerprint, \(column)) DO UPDATE SET last_ms = max(last_ms, excluded.last_ms);
+                INSERT INTO \(s).crash_combo_\(table)(kind, fingerprint, app, version, signal, \(column), last_ms)
+                SELECT kind, fingerprint, app, version, signal, \(column), max(l) FROM crash_fresh_people
+                GROUP BY kind, fingerprint, app, version, signal, \(column)
+                ON CONFLICT (kind, fingerprint, app, version, signal, \(column))
+                DO UPDATE SET last_ms = max(last_ms, excluded.last_ms);
+                """)
+        }
+        try connection.execute(
+            """
+            INSERT INTO \(s).crash_versions(app, version, first_ms)
+            SELECT app, version, min(time_ms) FROM crash_fresh WHERE true GROUP BY app, version
+            ON CONFLICT (app, version) DO UPDATE SET first_ms = min(first_ms, excluded.first_ms);
+            INSERT OR IGNORE INTO \(s).crash_signals(kind, signal) SELECT DISTINCT kind, signal FROM crash_fresh;
+            DROP TABLE temp.crash_fresh;
+            DROP TABLE temp.crash_fresh_people;
+            """)
     }
 
-    /// A filter as SQL conditions and the values they bind, in order.
-    private static func conditions(_ filter: BrowserFilter, fingerprint: String? = nil) -> (String, [Value]) {
-        // One group's rows are found by fingerprint: `+kind` keeps SQLite from walking the kind
-        // index over every group's rows instead (it did, 50 times for a page of the list).
-        var parts = [fingerprint == nil ? "kind = ?" : "+kind = ?"]
-        var values: [Value] = [.text(filter.kind.rawValue)]
-        if let fingerprint {
-            parts.insert("fingerprint = ?", at: 0)
-            values.insert(.text(fingerprint), at: 0)
-        }
-        for (column, value) in [("app", filter.app), ("version", filter.version), ("signal", filter.signal)]
-        where !value.isEmpty {
-            parts.append("\(column) = ?")
-            values.append(.text(value))
-        }
-        if let since = filter.since {
-            parts.append("time_ms >= ?")
-            values.append(.integer(since))
-        }
-        if !filter.text.isEmpty {
-            parts.append("instr(lower(title), lower(?)) > 0")
-            values.append(.text(filter.text))
-        }
-        return (parts.joined(separator: " AND "), values)
-    }
+    /// A context member with a string or a number as its value, as `key = value` (of `json_each` j).
+    static let contextMember = "j.key || ' = ' || CAST(j.value AS TEXT)"
+    static let contextMemberKept = "j.type IN ('text', 'integer', 'real')"
+    static let day: Int64 = 86_400_000
 
     enum Value {
         case text(String)
         case integer(Int64)
     }
 
-    private func rows(_ sql: String, _ values: [Value], _ read: (SQLiteStatement) -> Void) throws {
+    func rows(_ sql: String, _ values: [Value], _ read: (SQLiteStatement) -> Void) throws {
         let statement = try connection.prepare(sql)
         defer { statement.reset() }
         for (index, value) in values.enumerated() {
@@ -154,245 +269,10 @@ package final class SQLiteBrowserQueries: BrowserQueries, @unchecked Sendable {
         while try statement.step() { read(statement) }
     }
 
-    private func locked<T>(_ body: () throws -> T) throws -> T {
+    func locked<T>(_ body: () throws -> T) throws -> T {
         try lock.withLock {
             try catchUp()
             return try body()
         }
-    }
-
-    package func groups(_ filter: BrowserFilter, limit: Int) throws -> GroupPage {
-        try locked {
-            let (conditions, values) = Self.conditions(filter)
-            let sortColumn = ["events": "n", "last": "l", "first": "f"][filter.sort.rawValue]!
-            var having = ""
-            var havingValues: [Value] = []
-            if let after = filter.after {
-                having = "HAVING \(sortColumn) < ? OR (\(sortColumn) = ? AND fingerprint > ?)"
-                havingValues = [.integer(after.value), .integer(after.value), .text(after.fingerprint)]
-            }
-            var found: [(String, Int, Int64, Int64)] = []
-            try rows(
-                """
-                SELECT fingerprint, count(*) AS n, min(time_ms) AS f, max(time_ms) AS l FROM \(schema).crash_index
-                WHERE \(conditions) GROUP BY fingerprint \(having)
-                ORDER BY \(sortColumn) DESC, fingerprint LIMIT \(limit + 1)
-                """, values + havingValues
-            ) { found.append(($0.text(0), Int($0.int64(1)), $0.int64(2), $0.int64(3))) }
-            var totals = (groups: 0, events: 0)
-            try rows(
-                "SELECT count(DISTINCT fingerprint), count(*) FROM \(schema).crash_index WHERE \(conditions)", values
-            ) { totals = (Int($0.int64(0)), Int($0.int64(1))) }
-            let newest = try newestVersions()
-            let summaries = try found.prefix(limit).map { row in
-                try summary(row.0, events: row.1, first: row.2, last: row.3, filter, newest: newest)
-            }
-            return GroupPage(
-                rows: summaries, totalGroups: totals.groups, totalEvents: totals.events, more: found.count > limit)
-        }
-    }
-
-    /// Each app's newest version: the one whose first event came last.
-    private func newestVersions() throws -> [String: String] {
-        var newest: [String: String] = [:]
-        try rows("SELECT app, version FROM \(schema).crash_versions ORDER BY first_ms", []) {
-            newest[$0.text(0)] = $0.text(1)
-        }
-        return newest
-    }
-
-    private static let day: Int64 = 86_400_000
-
-    /// Events a day over `days` days up to `filter.now`, oldest first.
-    private func daily(_ fingerprint: String, _ filter: BrowserFilter, days: Int) throws -> [Int] {
-        let (conditions, values) = Self.conditions(filter, fingerprint: fingerprint)
-        let start = filter.now - Int64(days) * Self.day
-        var counts = Array(repeating: 0, count: days)
-        try rows(
-            """
-            SELECT (time_ms - ?) / \(Self.day) AS d, count(*) FROM \(schema).crash_index
-            WHERE \(conditions) AND time_ms >= ? AND time_ms < ? GROUP BY d
-            """, [.integer(start)] + values + [.integer(start), .integer(filter.now)]
-        ) { row in
-            let index = Int(row.int64(0))
-            if counts.indices.contains(index) { counts[index] = Int(row.int64(1)) }
-        }
-        return counts
-    }
-
-    private func summary(
-        _ fingerprint: String, events: Int, first: Int64, last: Int64, _ filter: BrowserFilter,
-        newest: [String: String]
-    ) throws -> GroupSummary {
-        let (conditions, values) = Self.conditions(filter, fingerprint: fingerprint)
-        let values2 = values
-        var users = 0
-        var installs = 0
-        try rows(
-            "SELECT count(DISTINCT user), count(DISTINCT install) FROM \(schema).crash_index WHERE \(conditions)",
-            values
-        ) {
-            users = Int($0.int64(0))
-            installs = Int($0.int64(1))
-        }
-        var firstVersion = ""
-        try rows(
-            "SELECT version FROM \(schema).crash_index WHERE \(conditions) ORDER BY time_ms, event_id LIMIT 1", values2
-        ) { firstVersion = $0.text(0) }
-        var latest = (version: "", title: "", app: "")
-        try rows(
-            "SELECT version, title, app FROM \(schema).crash_index WHERE \(conditions) ORDER BY time_ms DESC, event_id DESC LIMIT 1",
-            values2
-        ) { latest = ($0.text(0), $0.text(1), $0.text(2)) }
-        var everFirst = ""
-        try rows("SELECT first_version FROM \(schema).crash_groups WHERE fingerprint = ?", [.text(fingerprint)]) {
-            everFirst = $0.text(0)
-        }
-        let newVersion = filter.version.isEmpty ? newest[latest.app] ?? "" : filter.version
-        return GroupSummary(
-            fingerprint: fingerprint, title: latest.title, app: latest.app, events: events, users: users,
-            installs: installs, firstSeen: first, firstVersion: firstVersion, lastSeen: last,
-            lastVersion: latest.version, daily: try daily(fingerprint, filter, days: 14),
-            isNew: !newVersion.isEmpty && everFirst == newVersion)
-    }
-
-    package func group(_ fingerprint: String, _ filter: BrowserFilter) throws -> GroupDetail? {
-        try locked {
-            let (conditions, values) = Self.conditions(filter, fingerprint: fingerprint)
-            var aggregate: (Int, Int64, Int64) = (0, 0, 0)
-            try rows(
-                "SELECT count(*), coalesce(min(time_ms), 0), coalesce(max(time_ms), 0) FROM \(schema).crash_index WHERE \(conditions)",
-                values
-            ) { aggregate = (Int($0.int64(0)), $0.int64(1), $0.int64(2)) }
-            guard aggregate.0 > 0 else { return nil }
-            let summary = try summary(
-                fingerprint, events: aggregate.0, first: aggregate.1, last: aggregate.2, filter,
-                newest: try newestVersions())
-            func count(since: Int64) throws -> Int {
-                var count = 0
-                try rows(
-                    "SELECT count(*) FROM \(schema).crash_index WHERE \(conditions) AND time_ms >= ?",
-                    values + [.integer(since)]
-                ) { count = Int($0.int64(0)) }
-                return count
-            }
-            var facets: [Facet] = []
-            for (name, expression, from, only) in [
-                ("version", "version", "", ""), ("host", "host", "", ""), ("OS", "os", "", ""),
-                ("signal", "signal", "", ""),
-                // The context's members with a string or a number as their value, as `key = value`.
-                (
-                    "context", "j.key || ' = ' || CAST(j.value AS TEXT)", ", json_each(crash_index.context) AS j",
-                    "j.type IN ('text', 'integer', 'real') AND "
-                ),
-            ] {
-                var counted: [(String, Int)] = []
-                try rows(
-                    """
-                    SELECT \(expression) AS v, count(*) AS n FROM \(schema).crash_index\(from) WHERE \(only)\(conditions)
-                    GROUP BY v ORDER BY n DESC, v LIMIT 10
-                    """, values
-                ) { counted.append(($0.text(0), Int($0.int64(1)))) }
-                if !counted.isEmpty { facets.append(Facet(name: name, values: counted)) }
-            }
-            var events: [EventRow] = []
-            try rows(
-                """
-                SELECT event_id, time_ms, version, host, user FROM \(schema).crash_index WHERE \(conditions)
-                ORDER BY time_ms DESC, event_id DESC LIMIT \(GroupDetail.eventsShown)
-                """, values
-            ) {
-                events.append(
-                    EventRow(
-                        eventID: $0.text(0), time: $0.int64(1), version: $0.text(2), host: $0.text(3), user: $0.text(4))
-                )
-            }
-            return GroupDetail(
-                summary: summary, last24Hours: try count(since: filter.now - Self.day),
-                last30Days: try count(since: filter.now - 30 * Self.day),
-                daily30: try daily(fingerprint, filter, days: 30),
-                facets: facets, events: events)
-        }
-    }
-
-    package func eventPayload(_ eventID: String) throws -> String? {
-        try lock.withLock {
-            var payload: String?
-            try rows("SELECT \(EventStore.payloadColumn) FROM main.events WHERE event_id = ?", [.text(eventID)]) {
-                payload = $0.text(0)
-            }
-            if payload == nil && withHistory {
-                try rows(
-                    "SELECT payload FROM main.crash_history WHERE event_id = ? AND payload IS NOT NULL",
-                    [
-                        .text(eventID)
-                    ]
-                ) { payload = $0.text(0) }
-            }
-            return payload
-        }
-    }
-
-    package func choices(kind: BrowserFilter.Kind) throws -> FilterChoices {
-        try locked {
-            var versions: [String: [String]] = [:]
-            try rows("SELECT app, version FROM \(schema).crash_versions ORDER BY first_ms, version", []) {
-                versions[$0.text(0), default: []].append($0.text(1))
-            }
-            var signals: [String] = []
-            try rows(
-                "SELECT signal FROM \(schema).crash_signals WHERE kind = ? ORDER BY signal", [.text(kind.rawValue)]
-            ) {
-                signals.append($0.text(0))
-            }
-            return FilterChoices(
-                apps: versions.keys.sorted(), versions: versions, signals: signals.filter { !$0.isEmpty })
-        }
-    }
-
-    package func topCrashers(app: String, version: String, previous: String?, kind: BrowserFilter.Kind, limit: Int)
-        throws -> [TopCrasher]
-    {
-        try locked {
-            var top: [TopCrasher] = []
-            try rows(
-                """
-                SELECT c.fingerprint, count(*) AS n, g.first_version,
-                    (SELECT title FROM \(schema).crash_index t WHERE t.fingerprint = c.fingerprint ORDER BY time_ms DESC LIMIT 1)
-                FROM \(schema).crash_index c JOIN \(schema).crash_groups g ON g.fingerprint = c.fingerprint
-                WHERE c.kind = ? AND c.app = ? AND c.version = ? GROUP BY c.fingerprint ORDER BY n DESC, c.fingerprint
-                LIMIT \(limit)
-                """, [.text(kind.rawValue), .text(app), .text(version)]
-            ) {
-                top.append(
-                    TopCrasher(
-                        fingerprint: $0.text(0), title: $0.text(3), events: Int($0.int64(1)), previousEvents: 0,
-                        isNew: $0.text(2) == version))
-            }
-            if let previous {
-                for index in top.indices {
-                    try rows(
-                        "SELECT count(*) FROM \(schema).crash_index WHERE kind = ? AND app = ? AND version = ? AND fingerprint = ?",
-                        [.text(kind.rawValue), .text(app), .text(previous), .text(top[index].fingerprint)]
-                    ) { top[index].previousEvents = Int($0.int64(0)) }
-                }
-            }
-            return top
-        }
-    }
-
-    package func versionEvents(app: String, version: String, kind: BrowserFilter.Kind) throws -> Int {
-        try locked {
-            var count = 0
-            try rows(
-                "SELECT count(*) FROM \(schema).crash_index WHERE kind = ? AND app = ? AND version = ?",
-                [.text(kind.rawValue), .text(app), .text(version)]
-            ) { count = Int($0.int64(0)) }
-            return count
-        }
-    }
-
-    package func storedEventCount() throws -> Int {
-        try lock.withLock { Int(try connection.scalarInt("SELECT count(*) FROM main.events")) }
     }
 }

@@ -125,15 +125,16 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
 
     private static let day: Int64 = 86_400_000
 
+    /// Events on each of the `days` UTC days up to the one `filter.now` is in, oldest first.
     private func dailyCounts(_ fingerprints: [String], _ filter: BrowserFilter, days: Int) throws -> [String: [Int]] {
         guard !fingerprints.isEmpty else { return [:] }
-        let start = filter.now - Int64(days) * Self.day
+        let firstDay = filter.now / Self.day - Int64(days) + 1
         var counts: [String: [Int]] = [:]
         for row in try rows(
             """
-            SELECT fingerprint, intDiv(time_ms - \(start), \(Self.day)) AS d, uniqExact(event_id) AS n FROM \(indexed)
+            SELECT fingerprint, intDiv(time_ms, \(Self.day)) - \(firstDay) AS d, uniqExact(event_id) AS n FROM \(indexed)
             WHERE \(Self.conditions(filter)) AND fingerprint IN (\(fingerprints.joined(separator: ", ")))
-                AND time_ms >= \(start) AND time_ms < \(filter.now)
+                AND time_ms >= \(firstDay * Self.day) AND time_ms < \((filter.now / Self.day + 1) * Self.day)
             GROUP BY fingerprint, d
             """)
         {
