@@ -1,4 +1,5 @@
 internal import CrashBrowser
+internal import CrashFileFormat
 internal import Foundation
 
 /// The crash browser's questions answered by ClickHouse, from the collector's `events` table:
@@ -70,6 +71,15 @@ final class ClickHouseBrowserQueries: BrowserQueries, @unchecked Sendable {
         try store.run(sql + " FORMAT JSONEachRow").split(separator: "\n").map {
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
         }
+    }
+
+    /// A query's rows and its `WITH TOTALS` row, in ClickHouse's JSON format.
+    func json(_ sql: String) throws -> (data: [[String: Any]], totals: [String: Any]) {
+        let text = try store.run(sql + " FORMAT JSON")
+        guard let object = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+            throw CrashCaptureError.corrupt("ClickHouse answered a query with \"\(text.prefix(80))\"")
+        }
+        return (object["data"] as? [[String: Any]] ?? [], object["totals"] as? [String: Any] ?? [:])
     }
 
     static func int(_ value: Any?) -> Int64 {

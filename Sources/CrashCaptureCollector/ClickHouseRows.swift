@@ -154,7 +154,7 @@ enum ClickHouseRows {
     }
 
     /// Milliseconds as the seconds of a `DateTime`, which holds 1970 to 2106 only.
-    private static func dateTime(_ milliseconds: Int64) -> Int64 {
+    static func dateTime(_ milliseconds: Int64) -> Int64 {
         min(max(milliseconds / 1000, 0), Int64(UInt32.max))
     }
 }

@@ -24,6 +24,9 @@ package final class ClickHouseStore: @unchecked Sendable {
     /// `events`, or the URL's `table=`: a `Distributed` table over the shards' `events`, made
     /// beforehand, into which the collector writes and which it then never creates.
     package let table: String
+    /// The collector made the table and is its only writer's kind: it keeps the crash browser's
+    /// sums beside it (`ClickHouseCrashIndex`). Not for a `Distributed` table named by `table=`.
+    package let keepsCrashSums: Bool
     private let client: HTTPClient
     private let timeout: TimeAmount
 
@@ -70,6 +73,7 @@ package final class ClickHouseStore: @unchecked Sendable {
         }
         database = items.first { $0.name == "database" }?.value ?? "default"
         table = items.first { $0.name == "table" }?.value ?? "events"
+        keepsCrashSums = !items.contains { $0.name == "table" }
         for (what, name) in [("database", database), ("table", table)]
         where name.range(of: "^[A-Za-z_][A-Za-z0-9_]*$", options: .regularExpression) == nil {
             throw CrashCaptureError.invalidArgument(
