@@ -137,6 +137,26 @@ func browserBenchmark(events: Int, groups: Int, rounds: Int, only: String? = nil
         print(
             "| plain `SELECT count()` of the same store (\(name == "SQLite" ? "in process" : "over HTTP")) | \(format(counted.median, 1)) | \(format(counted.percentile(0.9), 1)) | \(format(counted.values.last ?? 0, 1)) | |\n"
         )
+        // What keeping the sums costs as crashes arrive: batches of 2,000 more, each uploaded
+        // (ClickHouse indexes them then) and followed by the list (SQLite catches up then).
+        var uploads: [Double] = []
+        var firstPages: [Double] = []
+        for round in 0..<3 {
+            for within in 0..<2000 {
+                let group = (round * 2000 + within) % groups
+                batch.append(
+                    event(index, group: group, within: counts[group] - 1)
+                        .replacingOccurrences(of: "\"b-\(index)\"", with: "\"more-\(round)-\(within)\""))
+                index += 1
+            }
+            let start = DispatchTime.now().uptimeNanoseconds
+            try send()
+            uploads.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6)
+            firstPages.append(try fetch(base + "/").ms)
+        }
+        print(
+            "2,000 more crashes, three times: their upload \(uploads.map { format($0, 0) }.joined(separator: ", ")) ms, "
+                + "then the list \(firstPages.map { format($0, 0) }.joined(separator: ", ")) ms\n")
         collector.stop()
     }
     print("load after: \(loadAverage())")
