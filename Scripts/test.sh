@@ -13,7 +13,13 @@ chmod 1777 "$run_tmp"
 export TMPDIR="$run_tmp"
 # A warning in any target of ours fails the build (Package.swift); dependencies are left alone.
 export CRASHCAPTURE_WARNINGS_AS_ERRORS=1
-Scripts/install-dependencies.sh
+Scripts/install-dependencies.sh --for build
+# What only the tests use (ClickHouse, lldb, chromium, the Python packages: minutes to download
+# on a new machine) is installed while everything builds, and waited for before the tests.
+dependencies_log="$run_tmp/dependencies.log"
+Scripts/install-dependencies.sh --for tests >"$dependencies_log" 2>&1 &
+dependencies=$!
+trap 'kill "$dependencies" 2>/dev/null || true; rm -rf "$run_tmp"' EXIT
 swift build
 # The harness also proves the samples built with optimisation (different traps and inlining).
 # They do not upload, so they are built without the HTTP client (package trait HTTPUpload),
@@ -33,6 +39,12 @@ Scripts/build-minimal-app.sh
 Scripts/install.sh --configuration debug --build-only
 # The README's Swift app, its two blocks verbatim: a test crashes it.
 Scripts/build-readme-app.sh
+if ! wait "$dependencies"; then
+    cat "$dependencies_log" >&2
+    echo "Scripts/install-dependencies.sh --for tests failed" >&2
+    exit 1
+fi
+cat "$dependencies_log"
 swift test "$@"
 # The DocC catalog: a broken symbol link or article fails the run. Only when a source changed
 # since it last passed, and after the tests: the plugin's build for the symbol graphs recompiles
