@@ -1,3 +1,4 @@
+internal import CrashBrowser
 internal import CrashFileFormat
 internal import Foundation
 
@@ -101,6 +102,14 @@ enum ClickHouseCrashIndex {
         """,
     ]
 
+    /// What the collector's pages read: the sums, made ready, where the collector keeps them;
+    /// else the events as they are.
+    static func browserQueries(_ store: ClickHouseStore) throws -> any BrowserQueries {
+        guard store.keepsCrashSums else { return try ClickHouseBrowserQueries(store) }
+        try prepare(store)
+        return try ClickHouseSummedBrowserQueries(store)
+    }
+
     /// Makes the tables and views where they are missing. A `crash_index` made now is filled
     /// from the events already stored (a collector of an earlier release, or a first start on
     /// a table someone else filled), each event once.
@@ -117,8 +126,15 @@ enum ClickHouseCrashIndex {
         }
     }
 
+    /// Adds the crash and hang events among `rows`, stored in `events` already, to `crash_index`
+    /// (and so to the sums), each once; nothing where the collector keeps no sums.
+    static func add(crashesIn rows: [(id: String, payload: String)], to store: ClickHouseStore) throws {
+        guard store.keepsCrashSums else { return }
+        try add(crashKeys(rows), to: store)
+    }
+
     /// A batch's crash and hang events, each as its id and the `event_time` that finds it in
-    /// the table's key; nil when it has none (most batches).
+    /// the table's key; empty when it has none (most batches).
     static func crashKeys(_ rows: [(id: String, payload: String)]) -> [(id: String, eventTime: Int64)] {
         rows.compactMap { row in
             guard row.payload.contains("\"$AppCrashed\"") || row.payload.contains("\"$AppHang\"") else { return nil }
@@ -129,7 +145,7 @@ enum ClickHouseCrashIndex {
     }
 
     /// Adds to `crash_index` the events of `keys` stored in `events` and not in it yet.
-    static func add(_ keys: [(id: String, eventTime: Int64)], to store: ClickHouseStore) throws {
+    private static func add(_ keys: [(id: String, eventTime: Int64)], to store: ClickHouseStore) throws {
         guard !keys.isEmpty else { return }
         let ids = keys.map { ClickHouseBrowserQueries.literal($0.id) }.joined(separator: ", ")
         let times = Set(keys.map(\.eventTime)).map { "toDateTime(\($0))" }.joined(separator: ", ")

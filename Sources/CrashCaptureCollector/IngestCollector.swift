@@ -134,12 +134,7 @@ package final class IngestCollector: @unchecked Sendable {
             store = nil
             let clickHouse = try ClickHouseStore(url: url)
             self.clickHouse = clickHouse
-            if clickHouse.keepsCrashSums {
-                try ClickHouseCrashIndex.prepare(clickHouse)
-                browser = CrashBrowser(queries: try ClickHouseSummedBrowserQueries(clickHouse), token: limits.token)
-            } else {
-                browser = CrashBrowser(queries: try ClickHouseBrowserQueries(clickHouse), token: limits.token)
-            }
+            browser = CrashBrowser(queries: try ClickHouseCrashIndex.browserQueries(clickHouse), token: limits.token)
         case .pagesOnly(let path):
             store = nil
             clickHouse = nil
@@ -572,11 +567,8 @@ package final class IngestCollector: @unchecked Sendable {
         for batch in group { rows += batch.clickHouseRows ?? [] }
         do {
             try clickHouse.insert(rows)
-            // Then the crashes among them into the browser's sums, each once: a failure here is
-            // answered 503 too, and the batch sent again is summed then.
-            if clickHouse.keepsCrashSums {
-                try ClickHouseCrashIndex.add(group.flatMap { ClickHouseCrashIndex.crashKeys($0.rows) }, to: clickHouse)
-            }
+            // Then its crashes into the browser's sums: if that fails, the 503 brings the batch again.
+            try ClickHouseCrashIndex.add(crashesIn: group.flatMap(\.rows), to: clickHouse)
             for batch in group {
                 batch.answer.succeed(Response(status: 200, body: "{\"inserted\":\(batch.rows.count)}"))
             }
