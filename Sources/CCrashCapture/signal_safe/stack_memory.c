@@ -141,7 +141,7 @@ static bool cc_plan_thread(cc_stacks_writer *w, cc_stack_entry *e, pid_t tid, co
     cc_le32(entry + 8, (uint32_t)context_size);
     cc_le64(entry + 16, start);
     *e = (cc_stack_entry){w->len, at, share, want, 0, bounded};
-    w->len = at + share;
+    w->len = at + cc_pad8(share);  // room for the padding too: a share need not be whole words
     w->bound_left -= share;
     w->threads++;
     return true;
