@@ -126,27 +126,11 @@ enum ClickHouseCrashIndex {
         }
     }
 
-    /// Adds the crash and hang events among `rows`, stored in `events` already, to `crash_index`
-    /// (and so to the sums), each once; nothing where the collector keeps no sums.
-    static func add(crashesIn rows: [(id: String, payload: String)], to store: ClickHouseStore) throws {
-        guard store.keepsCrashSums else { return }
-        try add(crashKeys(rows), to: store)
-    }
-
-    /// A batch's crash and hang events, each as its id and the `event_time` that finds it in
-    /// the table's key; empty when it has none (most batches).
-    static func crashKeys(_ rows: [(id: String, payload: String)]) -> [(id: String, eventTime: Int64)] {
-        rows.compactMap { row in
-            guard row.payload.contains("\"$AppCrashed\"") || row.payload.contains("\"$AppHang\"") else { return nil }
-            let object = try? JSONSerialization.jsonObject(with: Data(row.payload.utf8)) as? [String: Any]
-            let time = (object?["time"] as? NSNumber)?.int64Value ?? 0
-            return (row.id, ClickHouseRows.dateTime(time))
-        }
-    }
-
-    /// Adds to `crash_index` the events of `keys` stored in `events` and not in it yet.
-    private static func add(_ keys: [(id: String, eventTime: Int64)], to store: ClickHouseStore) throws {
-        guard !keys.isEmpty else { return }
+    /// Adds to `crash_index` (and so to the sums) the crash and hang events of `keys`
+    /// (`ClickHouseRows.crashKeys`), stored in `events` already and not in it yet; nothing where
+    /// the collector keeps no sums.
+    static func add(_ keys: [ClickHouseRows.CrashKey], to store: ClickHouseStore) throws {
+        guard store.keepsCrashSums, !keys.isEmpty else { return }
         let ids = keys.map { ClickHouseBrowserQueries.literal($0.id) }.joined(separator: ", ")
         let times = Set(keys.map(\.eventTime)).map { "toDateTime(\($0))" }.joined(separator: ", ")
         try store.run(

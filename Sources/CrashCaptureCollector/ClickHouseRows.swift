@@ -50,6 +50,22 @@ enum ClickHouseRows {
         return out
     }
 
+    /// A crash or hang event's id and the `event_time` that finds it in the table's key.
+    typealias CrashKey = (id: String, eventTime: Int64)
+
+    /// The batch's crash and hang events, which the collector adds to the crash browser's sums
+    /// once the batch is stored (`ClickHouseCrashIndex`); none in most batches.
+    static func crashKeys(_ events: [JSONScanner.Event], ids: [String], in bytes: UnsafeBufferPointer<UInt8>)
+        -> [CrashKey]
+    {
+        zip(events, ids).compactMap { event, id in
+            guard let name = event.eventName.flatMap({ JSONScanner.decodedString($0, in: bytes) }),
+                name == "$AppCrashed" || name == "$AppHang"
+            else { return nil }
+            return (id, dateTime(event.time.flatMap { integer($0, in: bytes) } ?? 0))
+        }
+    }
+
     /// `,"name":` and the token as a string: a JSON string as it is, any other token as its
     /// text, quoted; nothing (or `null`) as "".
     private static func member(

@@ -452,6 +452,7 @@ package final class IngestCollector: @unchecked Sendable {
     private struct WaitingBatch {
         var rows: [(id: String, payload: String)]
         var clickHouseRows: [UInt8]?
+        var crashKeys: [ClickHouseRows.CrashKey]
         var answer: EventLoopPromise<Response>
     }
 
@@ -472,7 +473,7 @@ package final class IngestCollector: @unchecked Sendable {
         let answer = eventLoop.makePromise(of: Response.self)
         let batch = WaitingBatch(
             rows: decoded.events.map { (id: $0.id, payload: $0.text) }, clickHouseRows: decoded.clickHouseRows,
-            answer: answer)
+            crashKeys: decoded.crashKeys, answer: answer)
         let start = lock.withLock {
             waiting.append(batch)
             defer { storing = true }
@@ -568,7 +569,7 @@ package final class IngestCollector: @unchecked Sendable {
         do {
             try clickHouse.insert(rows)
             // Then its crashes into the browser's sums: if that fails, the 503 brings the batch again.
-            try ClickHouseCrashIndex.add(crashesIn: group.flatMap(\.rows), to: clickHouse)
+            try ClickHouseCrashIndex.add(group.flatMap(\.crashKeys), to: clickHouse)
             for batch in group {
                 batch.answer.succeed(Response(status: 200, body: "{\"inserted\":\(batch.rows.count)}"))
             }

@@ -36,6 +36,8 @@ extension WireFormat {
     package struct DecodedBatch: Sendable {
         package var events: [(id: String, text: String)]
         package var clickHouseRows: [UInt8]?
+        /// Its crash and hang events, for the ClickHouse crash browser's sums.
+        var crashKeys: [ClickHouseRows.CrashKey] = []
     }
 
     package static func decodeBatch(
@@ -46,7 +48,9 @@ extension WireFormat {
             guard clickHouseRows else { return DecodedBatch(events: kept, clickHouseRows: nil) }
             let rows = ClickHouseRows.rows(
                 events, ids: kept.map(\.id), in: bytes, receivedMilliseconds: receivedMilliseconds)
-            return DecodedBatch(events: kept, clickHouseRows: rows)
+            return DecodedBatch(
+                events: kept, clickHouseRows: rows,
+                crashKeys: ClickHouseRows.crashKeys(events, ids: kept.map(\.id), in: bytes))
         }
     }
 
