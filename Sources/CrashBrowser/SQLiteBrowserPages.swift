@@ -183,8 +183,11 @@ extension SQLiteBrowserQueries {
         var versions: (String, String)?
     }
 
-    private func summaries(_ found: [Found], _ filter: BrowserFilter) throws -> [GroupSummary] {
-        let charts = try daily(found.map(\.fingerprint), filter, days: 14)
+    /// `charts`: the rows' 14-day charts, when the caller has them already.
+    private func summaries(_ found: [Found], _ filter: BrowserFilter, charts: [String: [Int]]? = nil) throws
+        -> [GroupSummary]
+    {
+        let charts = try charts ?? daily(found.map(\.fingerprint), filter, days: 14)
         let newest = try newestVersions()
         return try found.map { row in
             let people = try row.people ?? self.people(row.fingerprint, filter)
@@ -290,7 +293,9 @@ extension SQLiteBrowserQueries {
                 found.title = $0.text(0)
                 found.app = $0.text(1)
             }
-            let summary = try summaries([found], byFilter)[0]
+            // The 30-day chart, whose last 14 days are the summary's.
+            let chart = try daily([fingerprint], byFilter, days: 30)[fingerprint] ?? Array(repeating: 0, count: 30)
+            let summary = try summaries([found], byFilter, charts: [fingerprint: Array(chart.suffix(14))])[0]
             // The last 24 hours and 30 days under the filter: from the later of its start and theirs.
             func count(within: Int64) throws -> Int {
                 var narrowed = byFilter
@@ -300,11 +305,9 @@ extension SQLiteBrowserQueries {
                 try rows(sql, values) { events = Int($0.int64(1)) }
                 return events
             }
-            let charts = try daily([fingerprint], byFilter, days: 30)
             return GroupDetail(
                 summary: summary, last24Hours: try count(within: Self.day),
-                last30Days: try count(within: 30 * Self.day),
-                daily30: charts[fingerprint] ?? Array(repeating: 0, count: 30),
+                last30Days: try count(within: 30 * Self.day), daily30: chart,
                 facets: try facets(fingerprint, byFilter, events: found.events),
                 events: try latestEvents(fingerprint, byFilter))
         }

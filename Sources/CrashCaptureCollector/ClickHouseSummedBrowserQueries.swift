@@ -235,13 +235,14 @@ final class ClickHouseSummedBrowserQueries: BrowserQueries, @unchecked Sendable 
         let group = try facts([fingerprint], kind: filter.kind)[fingerprint] ?? [:]
         let app = Self.text(group["app"])
         let newVersion = filter.version.isEmpty ? try newestVersions()[app] ?? "" : filter.version
+        // The 30-day chart, whose last 14 days are the summary's.
+        let chart = try daily([fingerprint], filter, days: 30)[fingerprint] ?? Array(repeating: 0, count: 30)
         let summary = GroupSummary(
             fingerprint: fingerprint, title: Self.text(group["title"]), app: app, events: Int(Self.int(row["n"])),
             users: Int(Self.int(row["users"])), installs: Int(Self.int(row["installs"])),
             firstSeen: Self.int(row["f"]), firstVersion: Self.text(row["first_version"]),
             lastSeen: Self.int(row["l"]), lastVersion: Self.text(row["last_version"]),
-            daily: try daily([fingerprint], filter, days: 14)[fingerprint] ?? Array(repeating: 0, count: 14),
-            isNew: !newVersion.isEmpty && Self.text(group["ever_first"]) == newVersion)
+            daily: Array(chart.suffix(14)), isNew: !newVersion.isEmpty && Self.text(group["ever_first"]) == newVersion)
         // The latest 100: within the last day when it holds that many, else from all of them.
         let recent =
             Self.int(row["day"]) >= Int64(GroupDetail.eventsShown) && (filter.since ?? .min) <= filter.now - Self.day
@@ -258,7 +259,7 @@ final class ClickHouseSummedBrowserQueries: BrowserQueries, @unchecked Sendable 
         }
         return GroupDetail(
             summary: summary, last24Hours: Int(Self.int(row["day"])), last30Days: Int(Self.int(row["month"])),
-            daily30: try daily([fingerprint], filter, days: 30)[fingerprint] ?? Array(repeating: 0, count: 30),
+            daily30: chart,
             facets: try facets(fingerprint, filter, own: own), events: latest)
     }
 
